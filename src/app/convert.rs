@@ -1,0 +1,140 @@
+//! `-M convert`: rewrite model files as one GGUF, optionally converting weight types
+//! (`sd-cli -M convert -m in.safetensors -o out.gguf --type q8_0`).
+
+use std::borrow::Cow;
+
+use crate::cli::RunConfig;
+use crate::error::{Error, Result};
+use crate::ggml::{dequantize_rows, GgmlType};
+use crate::runner::convert_f32;
+use crate::weights::{Component, DType, GgufValue, GgufWriter, TensorInfo, TensorStore};
+
+/// The model files of this run with the prefix each goes in under (as upstream's convert).
+fn inputs(cfg: &RunConfig) -> Vec<(&std::path::Path, &'static str)> {
+    let m = &cfg.models;
+    let mut v = Vec::new();
+    if let Some(p) = &m.model {
+        v.push((p.as_path(), ""));
+    }
+    let parts = [
+        (&m.diffusion_model, Component::Diffusion.prefix()),
+        (&m.vae, Component::Vae.prefix()),
+        (&m.t5xxl, Component::T5.prefix()),
+        (&m.llm, Component::Llm.prefix()),
+        (&m.clip_l, "text_encoders.clip_l.transformer."),
+        (&m.clip_g, "text_encoders.clip_g.transformer."),
+    ];
+    for (path, prefix) in parts {
+        if let Some(p) = path {
+            v.push((p.as_path(), prefix));
+        }
+    }
+    v
+}
+
+/// The type a tensor is written as: `--type` for matrices whose rows split into whole blocks,
+/// f16 for matrices that cannot take a quantized type (as upstream), else the loaded type.
+fn target_type(info: &TensorInfo, wtype: Option<GgmlType>) -> GgmlType {
+    let loaded = GgmlType::from_id(info.dtype.id()).unwrap_or(GgmlType::F32);
+    let Some(w) = wtype else { return loaded };
+    if info.n_dims < 2 {
+        return loaded;
+    }
+    if w.row_bytes(info.ne[0]).is_some() && w.can_quantize_from_f32() {
+        w
+    } else if w.is_quantized() {
+        GgmlType::F16
+    } else {
+        loaded
+    }
+}
+
+fn tensor_bytes<'s>(
+    store: &'s TensorStore,
+    info: &TensorInfo,
+    to: GgmlType,
+) -> Result<Cow<'s, [u8]>> {
+    let from = GgmlType::from_id(info.dtype.id());
+    if from == Some(to) {
+        return Ok(store.load_bytes(info)?);
+    }
+    let values = match from {
+        Some(t) if t.is_quantized() => {
+            let raw = store.load_bytes(info)?;
+            dequantize_rows(t, &raw, info.ne[0]).map_err(|e| Error::Convert {
+                key: info.name.clone(),
+                reason: e.to_string(),
+            })?
+        }
+        _ => store.to_f32(info)?,
+    };
+    convert_f32(&values, to, info.ne[0])
+        .map(Cow::Owned)
+        .map_err(|reason| Error::Convert {
+            key: info.name.clone(),
+            reason,
+        })
+}
+
+pub fn run(cfg: &RunConfig) -> Result<()> {
+    let wtype = match cfg.weight_type {
+        Some(name) => Some(
+            GgmlType::from_name(name)
+                .ok_or_else(|| Error::Unsupported(format!("--type {name}: unknown ggml type")))?,
+        ),
+        None => None,
+    };
+    let mut store = TensorStore::new();
+    for (path, prefix) in inputs(cfg) {
+        log::info!("loading {}", path.display());
+        store.add_file(path, prefix)?;
+    }
+    let out = cfg.output_path_for(0);
+    let mut writer = GgufWriter::new();
+    // Keep the inputs' own metadata (tokenizers in GGUF files, for instance).
+    for file in store.files() {
+        for (k, v) in file.gguf.iter() {
+            if k != "general.alignment" {
+                writer.add_kv(k, v.clone())?;
+            }
+        }
+    }
+    writer.add_kv(
+        "general.converted_by",
+        GgufValue::String(format!("sd-cli {}", env!("CARGO_PKG_VERSION"))),
+    )?;
+    let infos: Vec<&TensorInfo> = store.iter().collect();
+    let mut types = Vec::with_capacity(infos.len());
+    for info in &infos {
+        let ty = target_type(info, wtype);
+        let dtype = DType::from_id(ty.id()).ok_or_else(|| Error::Convert {
+            key: info.name.clone(),
+            reason: format!("type {ty} cannot be written to GGUF"),
+        })?;
+        let ne: Vec<u64> = info.shape().iter().map(|&d| d as u64).collect();
+        writer.add_tensor(&info.name, dtype, &ne)?;
+        types.push(ty);
+    }
+    let total = infos.len();
+    let mut failure: Option<Error> = None;
+    let result = writer.write_with(&out, |i| {
+        if i % 64 == 0 || i + 1 == total {
+            log::debug!("converting tensor {}/{total}", i + 1);
+        }
+        tensor_bytes(&store, infos[i], types[i]).map_err(|e| {
+            let msg = e.to_string();
+            failure = Some(e);
+            crate::weights::WeightsError::BadValue {
+                path: out.clone(),
+                key: infos[i].name.clone(),
+                reason: msg,
+            }
+        })
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    result?;
+    log::info!("wrote {} tensors to {}", total, out.display());
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! The crate-level error: every module's typed error, plus the few failures that belong to
+//! no single module. `main` prints the whole chain and exits non-zero.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Cli(#[from] crate::cli::CliError),
+    #[error(transparent)]
+    Weights(#[from] crate::weights::WeightsError),
+    #[error(transparent)]
+    Runner(#[from] crate::runner::RunnerError),
+    #[error(transparent)]
+    Ggml(#[from] crate::ggml::GgmlError),
+    #[error(transparent)]
+    Image(#[from] crate::image_io::ImageIoError),
+    #[error("{path}: {reason}")]
+    Model { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("converting tensor '{key}': {reason}")]
+    Convert { key: String, reason: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

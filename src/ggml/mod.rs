@@ -1,0 +1,32 @@
+//! The ggml engine: the only place in the crate with `unsafe`.
+//!
+//! Shapes near ggml are kept in ggml's `ne` order (innermost dimension first), and names
+//! that hold such shapes say so (`ne`, [`Ne`]). Graph building is infallible (a shape bug
+//! is a programming error that ggml asserts on); allocation and compute return `Result`.
+
+mod arena;
+mod backend;
+mod context;
+mod error;
+mod graph;
+mod logging;
+mod mmap;
+mod ops;
+mod quant;
+#[allow(unsafe_code)]
+pub(crate) mod sys;
+mod types;
+
+pub use arena::Arena;
+pub use backend::{list_devices, Backend, BackendChoice, Buffer, DeviceInfo, DeviceKind, Gallocr};
+pub use context::{Context, Ne, Tensor};
+pub use error::GgmlError;
+pub use graph::Graph;
+pub use logging::set_verbose;
+pub use mmap::map_readonly;
+pub use ops::{RopeMode, ScaleMode};
+pub use quant::{dequantize_rows, quantize_rows, QuantizeError};
+pub use types::GgmlType;
+
+/// ggml's limit on tensor names (the C struct holds 64 bytes including the terminator).
+pub const MAX_NAME_LEN: usize = 63;

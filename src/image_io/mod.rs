@@ -1,0 +1,129 @@
+//! PNG input and output for sd-cli.
+//!
+//! - [`write_png_atomic`] / [`write_generation_png`]: RGB8 or RGBA8 images with text chunks
+//!   (A1111-style `parameters`, and `sd-cli-json`), written to a temporary file in the target
+//!   directory, fsynced, then renamed over the target: a reader never sees a partial file.
+//! - [`read_png`]: any PNG colour type and bit depth, normalised to RGB8 or RGBA8, with size
+//!   caps so a hostile header cannot make us allocate gigabytes.
+//! - [`read_png_text_chunks`] / [`format_text_chunks`]: the metadata of `-M metadata`.
+
+mod metadata;
+mod params;
+mod read;
+mod write;
+
+pub use metadata::{
+    format_text_chunks, read_png_text_chunks, read_png_text_pairs, TextChunk, TextKind,
+};
+pub use params::{base_name, GenerationParams, JSON_KEYWORD, PARAMETERS_KEYWORD};
+pub use read::{read_png, read_png_from_bytes, MAX_PIXELS, MAX_SIDE};
+pub use write::{write_generation_png, write_png_atomic};
+
+use std::path::PathBuf;
+
+/// Pixel layout of an 8-bit image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channels {
+    Rgb,
+    Rgba,
+}
+
+impl Channels {
+    /// Bytes per pixel.
+    pub fn count(self) -> usize {
+        match self {
+            Channels::Rgb => 3,
+            Channels::Rgba => 4,
+        }
+    }
+}
+
+/// An 8-bit RGB or RGBA image, rows top to bottom, no padding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub width: u32,
+    pub height: u32,
+    pub channels: Channels,
+    pub data: Vec<u8>,
+}
+
+impl Image {
+    /// Wraps pixel data, checking its length.
+    pub fn new(
+        width: u32,
+        height: u32,
+        channels: Channels,
+        data: Vec<u8>,
+    ) -> Result<Image, ImageIoError> {
+        let expected = (width as usize)
+            .checked_mul(height as usize)
+            .and_then(|p| p.checked_mul(channels.count()));
+        if width == 0 || height == 0 || expected != Some(data.len()) {
+            return Err(ImageIoError::BadBuffer {
+                width,
+                height,
+                channels: channels.count(),
+                len: data.len(),
+            });
+        }
+        Ok(Image {
+            width,
+            height,
+            channels,
+            data,
+        })
+    }
+
+    /// The image without alpha (alpha is dropped, as upstream's 3-channel loads do).
+    pub fn to_rgb(&self) -> Image {
+        match self.channels {
+            Channels::Rgb => self.clone(),
+            Channels::Rgba => Image {
+                width: self.width,
+                height: self.height,
+                channels: Channels::Rgb,
+                data: self
+                    .data
+                    .chunks_exact(4)
+                    .flat_map(|p| [p[0], p[1], p[2]])
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// Errors of PNG reading and writing; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageIoError {
+    #[error("cannot read '{}': {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write '{}': {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("'{}' is not a valid PNG: {message}", path.display())]
+    Decode { path: PathBuf, message: String },
+    #[error("'{}' is {width}x{height}, larger than the supported {max_side} pixels per side or {max_pixels} pixels", path.display())]
+    TooLarge {
+        path: PathBuf,
+        width: u32,
+        height: u32,
+        max_side: u32,
+        max_pixels: u64,
+    },
+    #[error("cannot encode PNG '{}': {message}", path.display())]
+    Encode { path: PathBuf, message: String },
+    #[error("pixel buffer of {len} bytes does not match {width}x{height}x{channels}")]
+    BadBuffer {
+        width: u32,
+        height: u32,
+        channels: usize,
+        len: usize,
+    },
+}

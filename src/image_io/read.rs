@@ -1,0 +1,101 @@
+//! PNG decoding to RGB8/RGBA8 with size caps.
+
+use std::path::Path;
+
+use super::{Channels, Image, ImageIoError};
+
+/// Largest accepted width or height.
+pub const MAX_SIDE: u32 = 16384;
+/// Largest accepted pixel count (2^28: 1 GiB as RGBA8).
+pub const MAX_PIXELS: u64 = 1 << 28;
+
+/// Reads a PNG file; see [`read_png_from_bytes`].
+pub fn read_png(path: &Path) -> Result<Image, ImageIoError> {
+    let bytes = std::fs::read(path).map_err(|source| ImageIoError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    decode(&bytes, path)
+}
+
+/// Decodes PNG bytes of any colour type (gray, gray+alpha, RGB, RGBA, palette, with tRNS)
+/// and bit depth (1..16) into RGB8, or RGBA8 when the image has alpha. `name` is used in
+/// error messages.
+pub fn read_png_from_bytes(bytes: &[u8], name: &Path) -> Result<Image, ImageIoError> {
+    decode(bytes, name)
+}
+
+fn decode(bytes: &[u8], path: &Path) -> Result<Image, ImageIoError> {
+    let err = |message: String| ImageIoError::Decode {
+        path: path.to_path_buf(),
+        message,
+    };
+    // The limit bounds every allocation the decoder makes, independent of our own checks.
+    let limits = png::Limits {
+        bytes: (MAX_PIXELS as usize) * 8 + (64 << 20),
+    };
+    let mut decoder = png::Decoder::new_with_limits(bytes, limits);
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    decoder.set_ignore_text_chunk(true);
+    let mut reader = decoder.read_info().map_err(|e| err(e.to_string()))?;
+    let (width, height) = {
+        let info = reader.info();
+        (info.width, info.height)
+    };
+    if width == 0 || height == 0 {
+        return Err(err("zero image size".into()));
+    }
+    if width > MAX_SIDE || height > MAX_SIDE || width as u64 * height as u64 > MAX_PIXELS {
+        return Err(ImageIoError::TooLarge {
+            path: path.to_path_buf(),
+            width,
+            height,
+            max_side: MAX_SIDE,
+            max_pixels: MAX_PIXELS,
+        });
+    }
+    let mut buf = vec![0u8; reader.output_buffer_size()];
+    let frame = reader
+        .next_frame(&mut buf)
+        .map_err(|e| err(e.to_string()))?;
+    if frame.bit_depth != png::BitDepth::Eight {
+        return Err(err(format!(
+            "unexpected bit depth {:?} after expansion",
+            frame.bit_depth
+        )));
+    }
+    let pixels = width as usize * height as usize;
+    let line = frame.line_size;
+    let w = width as usize;
+    // Rows may be padded to `line_size`; copy each row's pixels only.
+    let rows = buf.chunks(line).take(height as usize);
+    let (channels, data): (Channels, Vec<u8>) = match frame.color_type {
+        png::ColorType::Rgb => (
+            Channels::Rgb,
+            rows.flat_map(|r| r[..w * 3].iter().copied()).collect(),
+        ),
+        png::ColorType::Rgba => (
+            Channels::Rgba,
+            rows.flat_map(|r| r[..w * 4].iter().copied()).collect(),
+        ),
+        png::ColorType::Grayscale => (
+            Channels::Rgb,
+            rows.flat_map(|r| r[..w].iter().flat_map(|&g| [g, g, g]))
+                .collect(),
+        ),
+        png::ColorType::GrayscaleAlpha => (
+            Channels::Rgba,
+            rows.flat_map(|r| {
+                r[..w * 2]
+                    .chunks_exact(2)
+                    .flat_map(|p| [p[0], p[0], p[0], p[1]])
+            })
+            .collect(),
+        ),
+        png::ColorType::Indexed => return Err(err("palette was not expanded".into())),
+    };
+    if data.len() != pixels * channels.count() {
+        return Err(err("decoded data is shorter than the image".into()));
+    }
+    Image::new(width, height, channels, data)
+}

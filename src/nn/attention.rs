@@ -1,0 +1,57 @@
+//! Multi-head scaled dot-product attention (PyTorch `F.scaled_dot_product_attention`).
+
+use crate::ggml::{GgmlType, Tensor};
+use crate::runner::GraphCtx;
+
+/// An additive mask over keys, `[n_kv, n_q]` (ggml order), broadcast over heads and batch;
+/// entries are 0 (attend) or -inf (masked).
+pub struct AttentionMask<'g>(pub Tensor<'g>);
+
+/// q: [head_dim * heads, n_q, B], k/v: [head_dim * heads, n_kv, B] → [head_dim * heads, n_q, B].
+///
+/// With `g.flash_attn()` the fused kernel runs with K/V in f16 and f32 accumulation; otherwise
+/// softmax(q k^T * scale + mask) v in f32.
+pub fn attention<'g>(
+    g: &'g GraphCtx<'g>,
+    q: Tensor<'g>,
+    k: Tensor<'g>,
+    v: Tensor<'g>,
+    heads: usize,
+    mask: Option<&AttentionMask<'g>>,
+) -> Tensor<'g> {
+    let [dim, n_q, batch, _] = q.ne();
+    let n_kv = k.ne()[1];
+    let head_dim = dim / heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    // [d, H, n, B] -> [d, n, H, B]
+    let split = |t: Tensor<'g>, n: usize| {
+        g.permute(
+            g.reshape(g.cont(t), [head_dim, heads, n, batch]),
+            [0, 2, 1, 3],
+        )
+    };
+    let q = split(q, n_q);
+    let k = split(k, n_kv);
+
+    if g.flash_attn() {
+        let k = g.cast(k, GgmlType::F16);
+        let v = g.cast(split(v, n_kv), GgmlType::F16);
+        let mask = mask.map(|m| g.cast(m.0, GgmlType::F16));
+        // result: [d, H, n_q, B]
+        let out = g.flash_attn_ext(q, k, v, mask, scale);
+        return g.reshape(out, [dim, n_q, batch, 1]);
+    }
+
+    // scores: [n_kv, n_q, H, B]
+    let scores = g.mul_mat(k, q);
+    let probs = g.soft_max_ext(scores, mask.map(|m| m.0), scale);
+    // v^T: [n_kv, d, H, B]
+    let vt = g.cont(g.permute(
+        g.reshape(g.cont(v), [head_dim, heads, n_kv, batch]),
+        [1, 2, 0, 3],
+    ));
+    // [d, n_q, H, B] -> [d, H, n_q, B]
+    let out = g.mul_mat(vt, probs);
+    let out = g.cont(g.permute(out, [0, 2, 1, 3]));
+    g.reshape(out, [dim, n_q, batch, 1])
+}

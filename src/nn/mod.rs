@@ -1,0 +1,20 @@
+//! Shared building blocks used by every model family.
+//!
+//! Each block is plain data (weight [`Param`](crate::runner::Param)s and sizes) built from a
+//! [`WeightBuilder`](crate::runner::WeightBuilder), with a pure `forward` over a
+//! [`GraphCtx`](crate::runner::GraphCtx). Shapes are in ggml order: activations are
+//! `[channels, tokens, batch]` for sequences and `[W, H, C, N]` for images.
+
+mod attention;
+mod conv;
+mod embed;
+mod linear;
+mod norm;
+mod rope;
+
+pub use attention::{attention, AttentionMask};
+pub use conv::Conv2d;
+pub use embed::{sincos_2d_pos_embed, timestep_embedding, TimestepEmbedding};
+pub use linear::Linear;
+pub use norm::{GroupNorm, LayerNorm, RmsNorm};
+pub use rope::{apply_rope, rope_table, RopeLayout};

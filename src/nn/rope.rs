@@ -1,0 +1,97 @@
+//! Rotary position embeddings over any number of position axes, from host-built tables.
+//!
+//! Each axis `a` owns `axes_dims[a] / 2` rotation pairs with frequencies
+//! `theta^(-2i / axes_dims[a])` (diffusers `get_1d_rotary_pos_embed`); the pairs of all axes
+//! are concatenated in order. Text-only models with standard rope can use ggml's fused
+//! `rope` op instead.
+
+use crate::ggml::Tensor;
+use crate::runner::GraphCtx;
+
+/// How the rotated pairs are laid out inside a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs are adjacent elements (x0, x1), (x2, x3)... (complex-number style).
+    Interleaved,
+    /// Pair i is (x_i, x_{i + d/2}) (`rotate_half`, GPT-NeoX style).
+    Halves,
+}
+
+/// (cos, sin) tables, each `[d/2, n_pos]` row-major (pair index fastest), for positions with
+/// `axes_dims.len()` coordinates each.
+pub fn rope_table(positions: &[Vec<f32>], axes_dims: &[usize], theta: f32) -> (Vec<f32>, Vec<f32>) {
+    let half: usize = axes_dims.iter().map(|d| d / 2).sum();
+    let mut cos = Vec::with_capacity(half * positions.len());
+    let mut sin = Vec::with_capacity(half * positions.len());
+    for pos in positions {
+        for (a, &d) in axes_dims.iter().enumerate() {
+            let p = f64::from(pos.get(a).copied().unwrap_or(0.0));
+            for i in 0..d / 2 {
+                let freq = 1.0 / f64::from(theta).powf((2 * i) as f64 / d as f64);
+                let angle = p * freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+    }
+    (cos, sin)
+}
+
+/// Rotates x: [head_dim, heads, n, B] by tables cos/sin: [head_dim/2, 1, n, 1] (graph inputs
+/// made from [`rope_table`]).
+pub fn apply_rope<'g>(
+    g: &'g GraphCtx<'g>,
+    x: Tensor<'g>,
+    cos: Tensor<'g>,
+    sin: Tensor<'g>,
+    layout: RopeLayout,
+) -> Tensor<'g> {
+    let [d, heads, n, batch] = x.ne();
+    let half = d / 2;
+    let x = g.cont(x);
+    let es = 4; // f32 bytes
+    let (x0, x1) = match layout {
+        RopeLayout::Interleaved => {
+            // [2, d/2, heads, n*B]: element 0 / 1 of each pair.
+            let nb = [2 * es, d * es, d * heads * es];
+            let ne = [1, half, heads, n * batch];
+            (g.view(x, ne, nb, 0), g.view(x, ne, nb, es))
+        }
+        RopeLayout::Halves => {
+            // Each half as [1, d/2] with unit stride between pairs.
+            let nb = [es, d * es, d * heads * es];
+            let ne = [1, half, heads, n * batch];
+            (g.view(x, ne, nb, 0), g.view(x, ne, nb, half * es))
+        }
+    };
+    // Tables broadcast over heads (and batch, which shares positions).
+    let cos = g.reshape(cos, [1, half, 1, n]);
+    let sin = g.reshape(sin, [1, half, 1, n]);
+    let (cos, sin) = if batch > 1 {
+        let shape = g.new_tensor(crate::ggml::GgmlType::F32, [1, half, 1, n * batch]);
+        let rep = |t: Tensor<'g>| {
+            let t = g.reshape(t, [1, half, n, 1]);
+            let t = g.repeat(t, g.reshape(shape, [1, half, n, batch]));
+            g.reshape(g.cont(t), [1, half, 1, n * batch])
+        };
+        (rep(cos), rep(sin))
+    } else {
+        (cos, sin)
+    };
+    let x0c = g.cont(x0);
+    let x1c = g.cont(x1);
+    let out0 = g.sub(g.mul(x0c, cos), g.mul(x1c, sin));
+    let out1 = g.add(g.mul(x0c, sin), g.mul(x1c, cos));
+    match layout {
+        RopeLayout::Interleaved => {
+            let out = g.concat(out0, out1, 0); // [2, d/2, heads, n*B]
+            g.reshape(out, [d, heads, n, batch])
+        }
+        RopeLayout::Halves => {
+            let out0 = g.reshape(out0, [half, heads, n * batch, 1]);
+            let out1 = g.reshape(out1, [half, heads, n * batch, 1]);
+            let out = g.concat(out0, out1, 0); // [d, heads, n*B]
+            g.reshape(out, [d, heads, n, batch])
+        }
+    }
+}

@@ -1,0 +1,28 @@
+use thiserror::Error;
+
+use crate::ggml::{GgmlError, Ne};
+
+#[derive(Debug, Error)]
+pub enum RunnerError {
+    #[error(transparent)]
+    Ggml(#[from] GgmlError),
+    #[error("missing tensor '{key}' in {origin}")]
+    MissingTensor { key: String, origin: String },
+    #[error("tensor '{key}' in {origin} has shape {found:?} (ggml order), expected {expected:?}")]
+    ShapeMismatch {
+        key: String,
+        origin: String,
+        expected: Ne,
+        found: Ne,
+    },
+    #[error("tensor '{key}' in {origin}: {reason}")]
+    BadData {
+        key: String,
+        origin: String,
+        reason: String,
+    },
+    #[error("input '{name}' has {got} values for shape {ne:?}")]
+    InputSize { name: String, ne: Ne, got: usize },
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,144 @@
+//! What a model's `forward` sees while a graph is being built.
+
+use std::cell::RefCell;
+use std::ops::Deref;
+
+use super::cache::NamedCache;
+use super::weights::{ModelWeights, Param};
+use crate::ggml::{Context, GgmlType, Ne, Tensor};
+
+pub(crate) enum InputData {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+    F16(Vec<f32>),
+}
+
+/// A cut mark: the model's suggestion of where the graph may be split (block boundaries).
+#[derive(Clone, Debug)]
+pub struct CutMark {
+    /// The block the cut closes, e.g. "pixart.blocks.7".
+    pub group: String,
+    /// Which of the block's outputs this is, e.g. "x".
+    pub output: String,
+}
+
+/// Graph-building context: ggml ops (through `Deref<Target = Context>`), the model's
+/// weights, host inputs bound lazily, cut marks and the named cache.
+///
+/// Models take it as `g: &'g GraphCtx<'g>` so that every tensor they make lives for `'g`.
+pub struct GraphCtx<'g> {
+    ctx: &'g Context,
+    weights: Option<&'g ModelWeights>,
+    cache: &'g NamedCache,
+    pub(crate) inputs: RefCell<Vec<(Tensor<'g>, String, InputData)>>,
+    pub(crate) cuts: RefCell<Vec<(Tensor<'g>, CutMark)>>,
+    pub(crate) stores: RefCell<Vec<(Tensor<'g>, String)>>,
+    flash_attn: bool,
+}
+
+impl<'g> Deref for GraphCtx<'g> {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        self.ctx
+    }
+}
+
+impl<'g> GraphCtx<'g> {
+    pub(crate) fn new(
+        ctx: &'g Context,
+        weights: Option<&'g ModelWeights>,
+        cache: &'g NamedCache,
+        flash_attn: bool,
+    ) -> Self {
+        Self {
+            ctx,
+            weights,
+            cache,
+            inputs: RefCell::new(Vec::new()),
+            cuts: RefCell::new(Vec::new()),
+            stores: RefCell::new(Vec::new()),
+            flash_attn,
+        }
+    }
+
+    /// The graph context with its full lifetime (for ops whose result must outlive a reborrow).
+    pub fn ctx(&self) -> &'g Context {
+        self.ctx
+    }
+
+    /// A model weight.
+    pub fn param(&self, p: Param) -> Tensor<'g> {
+        let w = self
+            .weights
+            .expect("graph built without weights used a weight");
+        w.tensor(p)
+    }
+
+    /// An f32 input of shape `ne` (ggml order), filled from `data` at compute time.
+    pub fn input_f32(&self, name: &str, ne: Ne, data: Vec<f32>) -> Tensor<'g> {
+        let t = self
+            .ctx
+            .new_tensor(GgmlType::F32, ne)
+            .set_name(name)
+            .mark_input();
+        self.inputs
+            .borrow_mut()
+            .push((t, name.to_string(), InputData::F32(data)));
+        t
+    }
+
+    /// An f16 input (e.g. flash-attention masks), given as f32 values.
+    pub fn input_f16(&self, name: &str, ne: Ne, data: Vec<f32>) -> Tensor<'g> {
+        let t = self
+            .ctx
+            .new_tensor(GgmlType::F16, ne)
+            .set_name(name)
+            .mark_input();
+        self.inputs
+            .borrow_mut()
+            .push((t, name.to_string(), InputData::F16(data)));
+        t
+    }
+
+    /// An i32 input (positions, token ids).
+    pub fn input_i32(&self, name: &str, ne: Ne, data: Vec<i32>) -> Tensor<'g> {
+        let t = self
+            .ctx
+            .new_tensor(GgmlType::I32, ne)
+            .set_name(name)
+            .mark_input();
+        self.inputs
+            .borrow_mut()
+            .push((t, name.to_string(), InputData::I32(data)));
+        t
+    }
+
+    /// Whether attention should use ggml's fused flash-attention kernel (`--fa`).
+    pub fn flash_attn(&self) -> bool {
+        self.flash_attn
+    }
+
+    /// Marks `t` as a possible split point closing block `group` (see the graph-cut planner).
+    pub fn cut(&self, group: &str, output: &str, t: Tensor<'g>) -> Tensor<'g> {
+        self.cuts.borrow_mut().push((
+            t,
+            CutMark {
+                group: group.to_string(),
+                output: output.to_string(),
+            },
+        ));
+        t
+    }
+
+    /// A tensor saved in the runner's named cache by an earlier call, usable as a graph leaf.
+    pub fn cache_get(&self, name: &str) -> Option<Tensor<'g>> {
+        self.cache.get(name)
+    }
+
+    /// Saves `t`'s value in the runner's named cache under `name` once the graph has run.
+    pub fn cache_store(&self, name: &str, t: Tensor<'g>) {
+        self.stores
+            .borrow_mut()
+            .push((t.mark_output(), name.to_string()));
+    }
+}

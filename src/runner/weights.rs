@@ -1,0 +1,289 @@
+//! Declaring a model's weights by name and loading them onto a backend.
+//!
+//! A model's constructor walks its key tree with a [`WeightBuilder`] (`wb.pp("blocks").pp(3)`)
+//! and declares each leaf with the shape it expects (ggml order). Declaration checks the name
+//! and shape against the source; [`WeightLoader::finish`] then allocates one backend buffer and
+//! copies (or converts) every declared tensor into it. The result, [`ModelWeights`], hands out
+//! tensors by [`Param`] index while building graphs.
+
+use std::cell::RefCell;
+use std::fmt::Display;
+use std::time::Instant;
+
+use super::error::RunnerError;
+use super::source::WeightSource;
+use crate::ggml::{quantize_rows, Arena, Backend, Buffer, GgmlType, Ne, Tensor};
+
+/// Index of a declared weight inside its [`ModelWeights`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Param(usize);
+
+/// Which storage types a weight may have on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// Matmul weights: any ggml type; the file's type is kept and `--type` may convert it.
+    Any,
+    /// Weights of ops that need a float kernel (convolutions): f32 or f16.
+    Float,
+    /// Small tensors used in element-wise ops (biases, norm scales, embeddings tables): f32.
+    F32,
+}
+
+struct Decl {
+    name: String,
+    ne: Ne,
+    ty: GgmlType,
+}
+
+/// Collects weight declarations for one model from one source.
+pub struct WeightLoader<'s> {
+    source: &'s dyn WeightSource,
+    wtype: Option<GgmlType>,
+    decls: RefCell<Vec<Decl>>,
+}
+
+impl<'s> WeightLoader<'s> {
+    /// `wtype` is the `--type` conversion target for matmul weights, if any.
+    pub fn new(source: &'s dyn WeightSource, wtype: Option<GgmlType>) -> Self {
+        Self {
+            source,
+            wtype,
+            decls: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A builder at the root of the key tree (or at `prefix`, when non-empty).
+    pub fn root(&self, prefix: &str) -> WeightBuilder<'_, 's> {
+        WeightBuilder {
+            loader: self,
+            path: prefix.trim_end_matches('.').to_string(),
+        }
+    }
+
+    /// Allocates the declared weights on `backend` and copies their data in.
+    pub fn finish(self, backend: &Backend, what: &str) -> Result<ModelWeights, RunnerError> {
+        let start = Instant::now();
+        let decls = self.decls.into_inner();
+        let mut arena = Arena::new(decls.len().max(1))?;
+        for d in &decls {
+            arena
+                .add(d.ty, d.ne, &d.name)
+                .ok_or_else(|| RunnerError::Internal("weight arena full".into()))?;
+        }
+        let buffer = backend.alloc_context(arena.context(), what)?;
+        let mut bytes_total = 0usize;
+        for (i, d) in decls.iter().enumerate() {
+            let t = arena.get(i);
+            let bytes = load_tensor(self.source, d, t)?;
+            bytes_total += bytes;
+        }
+        log::debug!(
+            "{what}: loaded {} tensors, {:.1} MiB on {} in {:.2}s",
+            decls.len(),
+            bytes_total as f64 / (1024.0 * 1024.0),
+            backend.name(),
+            start.elapsed().as_secs_f64()
+        );
+        Ok(ModelWeights {
+            arena,
+            _buffer: buffer,
+            names: decls.into_iter().map(|d| d.name).collect(),
+            bytes: bytes_total,
+        })
+    }
+
+    fn declare(&self, name: String, want: Ne, storage: Storage) -> Result<Param, RunnerError> {
+        let src = self
+            .source
+            .tensor(&name)
+            .ok_or_else(|| RunnerError::MissingTensor {
+                key: name.clone(),
+                origin: self.source.describe(),
+            })?;
+        if src.ne != want {
+            return Err(RunnerError::ShapeMismatch {
+                key: name,
+                origin: src.origin,
+                expected: want,
+                found: src.ne,
+            });
+        }
+        let ty = choose_type(src.ggml_type, storage, self.wtype, want, src.n_dims);
+        let mut decls = self.decls.borrow_mut();
+        decls.push(Decl { name, ne: want, ty });
+        Ok(Param(decls.len() - 1))
+    }
+}
+
+/// Decides the device type of a weight from its file type, its role and `--type`.
+fn choose_type(
+    file: Option<GgmlType>,
+    storage: Storage,
+    wtype: Option<GgmlType>,
+    ne: Ne,
+    n_dims: usize,
+) -> GgmlType {
+    match storage {
+        Storage::F32 => GgmlType::F32,
+        Storage::Float => match file {
+            Some(t) if t == GgmlType::F32 || t == GgmlType::F16 => t,
+            Some(_) => GgmlType::F32,
+            None => GgmlType::F16,
+        },
+        Storage::Any => {
+            // `--type` converts only matrices whose rows split into whole blocks.
+            if let Some(w) = wtype {
+                if n_dims >= 2 && w.row_bytes(ne[0]).is_some() && w.can_quantize_from_f32() {
+                    return w;
+                }
+            }
+            file.unwrap_or(GgmlType::F16)
+        }
+    }
+}
+
+fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usize, RunnerError> {
+    let src = source
+        .tensor(&d.name)
+        .ok_or_else(|| RunnerError::MissingTensor {
+            key: d.name.clone(),
+            origin: source.describe(),
+        })?;
+    if src.ggml_type == Some(d.ty) {
+        if src.bytes.len() != t.n_bytes() {
+            return Err(RunnerError::BadData {
+                key: d.name.clone(),
+                origin: src.origin,
+                reason: format!(
+                    "{} bytes for a tensor of {} bytes",
+                    src.bytes.len(),
+                    t.n_bytes()
+                ),
+            });
+        }
+        t.write_bytes(&src.bytes)?;
+        return Ok(src.bytes.len());
+    }
+    let values = (src.to_f32)(&src.bytes).map_err(|reason| RunnerError::BadData {
+        key: d.name.clone(),
+        origin: src.origin.clone(),
+        reason,
+    })?;
+    let bytes = convert_f32(&values, d.ty, d.ne[0]).map_err(|reason| RunnerError::BadData {
+        key: d.name.clone(),
+        origin: src.origin,
+        reason,
+    })?;
+    t.write_bytes(&bytes)?;
+    Ok(bytes.len())
+}
+
+/// Packs f32 values as `ty` (plain casts for float types, ggml quantization otherwise).
+pub fn convert_f32(values: &[f32], ty: GgmlType, ne0: usize) -> Result<Vec<u8>, String> {
+    if ty == GgmlType::F32 {
+        Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    } else if ty == GgmlType::F16 {
+        Ok(values
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect())
+    } else if ty == GgmlType::BF16 {
+        Ok(values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect())
+    } else {
+        quantize_rows(ty, values, ne0).map_err(|e| e.to_string())
+    }
+}
+
+/// A cursor into the weight key tree.
+#[derive(Clone)]
+pub struct WeightBuilder<'l, 's> {
+    loader: &'l WeightLoader<'s>,
+    path: String,
+}
+
+impl<'l, 's> WeightBuilder<'l, 's> {
+    /// A child path: `pp("blocks").pp(3)` → `blocks.3`.
+    pub fn pp(&self, name: impl Display) -> Self {
+        let name = name.to_string();
+        Self {
+            loader: self.loader,
+            path: if self.path.is_empty() {
+                name
+            } else {
+                format!("{}.{}", self.path, name)
+            },
+        }
+    }
+
+    /// The full key of `name` under this path.
+    pub fn key(&self, name: &str) -> String {
+        self.pp(name).path
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Declares a required weight with shape `ne` (ggml order).
+    pub fn get(&self, name: &str, ne: Ne, storage: Storage) -> Result<Param, RunnerError> {
+        self.loader.declare(self.key(name), ne, storage)
+    }
+
+    /// Declares a weight that may be absent.
+    pub fn maybe(
+        &self,
+        name: &str,
+        ne: Ne,
+        storage: Storage,
+    ) -> Result<Option<Param>, RunnerError> {
+        if self.contains(name) {
+            self.get(name, ne, storage).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.loader.source.contains(&self.key(name))
+    }
+
+    /// The shape of `name` in the source, for config detection.
+    pub fn source_ne(&self, name: &str) -> Option<Ne> {
+        self.loader.source.tensor(&self.key(name)).map(|t| t.ne)
+    }
+}
+
+/// A model's weights, resident in one backend buffer.
+pub struct ModelWeights {
+    arena: Arena,
+    _buffer: Buffer,
+    names: Vec<String>,
+    bytes: usize,
+}
+
+impl ModelWeights {
+    pub fn tensor(&self, p: Param) -> Tensor<'_> {
+        self.arena.get(p.0)
+    }
+
+    /// The full key a parameter was declared under.
+    pub fn name(&self, p: Param) -> &str {
+        &self.names[p.0]
+    }
+
+    /// Total bytes of weight data on the device.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}

@@ -1,0 +1,91 @@
+//! Helpers shared by the parity tests: fixture loading, running one graph on the CPU, and
+//! comparing against reference outputs with a stated tolerance.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use sd_cli::ggml::{Backend, Ne};
+use sd_cli::runner::{
+    GraphCtx, HostTensor, ModelWeights, RunOptions, Runner, StoreSource, WeightBuilder,
+    WeightLoader,
+};
+use sd_cli::weights::TensorStore;
+
+pub fn fixture_path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+pub fn open_fixture(rel: &str) -> TensorStore {
+    let path = fixture_path(rel);
+    TensorStore::open(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
+}
+
+/// A reference tensor as (ggml-order shape, values).
+pub fn tensor(store: &TensorStore, name: &str) -> HostTensor {
+    let info = store
+        .get(name)
+        .unwrap_or_else(|| panic!("fixture has no tensor '{name}'"));
+    let data = store.to_f32(info).unwrap_or_else(|e| panic!("{name}: {e}"));
+    HostTensor::new(info.ne, data).expect("consistent fixture tensor")
+}
+
+pub fn cpu() -> Rc<Backend> {
+    Rc::new(Backend::cpu(2).expect("CPU backend"))
+}
+
+/// Declares a block's weights from `prefix` of `store` and loads them on the CPU.
+pub fn load_block<B>(
+    store: &TensorStore,
+    prefix: &str,
+    declare: impl FnOnce(&WeightBuilder<'_, '_>) -> B,
+) -> (B, ModelWeights, Rc<Backend>) {
+    let backend = cpu();
+    let source = StoreSource::new(store, prefix);
+    let loader = WeightLoader::new(&source, None);
+    let block = declare(&loader.root(""));
+    let weights = loader.finish(&backend, prefix).expect("weights load");
+    (block, weights, backend)
+}
+
+pub fn runner(weights: Option<ModelWeights>, backend: Rc<Backend>, flash_attn: bool) -> Runner {
+    Runner::new(
+        "test",
+        backend,
+        weights,
+        RunOptions {
+            flash_attn,
+            ..RunOptions::default()
+        },
+    )
+}
+
+/// Max |a - b| over all elements, after checking shapes match.
+pub fn max_abs_diff(got: &HostTensor, want: &HostTensor) -> f32 {
+    assert_eq!(got.ne, want.ne, "shape (ggml order)");
+    got.data
+        .iter()
+        .zip(&want.data)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Asserts max |got - want| ≤ tol · max(1, max |want|) and returns the error.
+pub fn assert_close(what: &str, got: &HostTensor, want: &HostTensor, tol: f32) -> f32 {
+    let err = max_abs_diff(got, want);
+    let scale = want.data.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    assert!(
+        err <= tol * scale && err.is_finite(),
+        "{what}: max abs error {err} exceeds {tol} x scale {scale}"
+    );
+    eprintln!("{what}: max abs error {err:.3e} (scale {scale:.2})");
+    err
+}
+
+pub fn ne_of(t: &HostTensor) -> Ne {
+    t.ne
+}
+
+pub type Build<'a> = dyn for<'g> FnOnce(&'g GraphCtx<'g>) -> Vec<sd_cli::ggml::Tensor<'g>> + 'a;
