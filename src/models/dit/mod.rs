@@ -1,0 +1,3 @@
+//! Diffusion transformers.
+
+pub mod pixart;

@@ -1,0 +1,3 @@
+//! Text encoders.
+
+pub mod t5;

@@ -1,0 +1,3 @@
+//! Autoencoders (latent <-> pixels).
+
+pub mod autoencoder_kl;

@@ -1,0 +1,3 @@
+//! Tokenizers that read the files users already have (tokenizer.json, spiece.model, GGUF metadata).
+
+pub mod unigram;
