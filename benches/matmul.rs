@@ -1,0 +1,100 @@
+//! Matmul throughput of ggml on this machine, beside torch's in the same run.
+//!
+//! `cargo bench --bench matmul [-- --threads N --tokens N]`: a 1152×4608 weight (PixArt's
+//! FFN shape) times 2048 tokens, weights in f32/f16/bf16/q8_0, activations f32. When python3
+//! with torch is available, torch f32 (and bf16) run the same product with the same thread
+//! count and the ratios are printed.
+
+use std::process::Command;
+use std::time::Instant;
+
+use sd_cli::ggml::{Arena, Backend, Context, Gallocr, GgmlType, Graph};
+use sd_cli::runner::convert_f32;
+
+const K: usize = 1152;
+const M: usize = 4608;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) - 0.5
+        })
+        .collect()
+}
+
+/// Times only the graph compute (weights and input already on the backend).
+fn bench_ggml(ty: GgmlType, tokens: usize, threads: usize, reps: usize) -> f64 {
+    let backend = Backend::cpu(threads).expect("CPU backend");
+    let mut weights = Arena::new(2).expect("arena");
+    let w = weights.add(ty, [K, M, 1, 1], "w").expect("room");
+    let x = weights.add(GgmlType::F32, [K, tokens, 1, 1], "x").expect("room");
+    let _buf = backend.alloc_context(weights.context(), "bench").expect("alloc");
+    let wbytes = convert_f32(&pseudo_random(K * M, 1), ty, K).expect("convert");
+    weights.get(w).write_bytes(&wbytes).expect("write w");
+    weights.get(x).write_f32(&pseudo_random(K * tokens, 2)).expect("write x");
+
+    let ctx = Context::new(16, 16).expect("ctx");
+    let graph = Graph::new(&ctx, 16);
+    let y = ctx.mul_mat(weights.get(w), weights.get(x));
+    graph.expand(y);
+    let mut galloc = Gallocr::new(&backend).expect("gallocr");
+    galloc.alloc(&graph).expect("alloc graph");
+    let mut best = f64::INFINITY;
+    for _ in 0..reps + 1 {
+        let t0 = Instant::now();
+        backend.compute(&graph).expect("compute");
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    assert_eq!(y.ne(), [M, tokens, 1, 1]);
+    2.0 * (K * M * tokens) as f64 / best / 1e9
+}
+
+fn bench_torch(tokens: usize, threads: usize, reps: usize) -> Option<(f64, f64)> {
+    let script = format!(
+        "import torch,time\ntorch.set_num_threads({threads})\nw=torch.randn({M},{K})\nx=torch.randn({tokens},{K})\n\
+         def run(w,x):\n  best=1e9\n  for _ in range({reps}+1):\n    t=time.perf_counter(); torch.nn.functional.linear(x,w); best=min(best,time.perf_counter()-t)\n  return 2*{K}*{M}*{tokens}/best/1e9\n\
+         print(run(w,x), run(w.bfloat16(),x.bfloat16()))"
+    );
+    let out = Command::new("python3").args(["-c", &script]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().filter_map(|v| v.parse::<f64>().ok());
+    Some((it.next()?, it.next()?))
+}
+
+fn main() {
+    let threads = arg("--threads", 2);
+    let tokens = arg("--tokens", 2048);
+    let reps = arg("--reps", 5);
+    println!("matmul {K}x{M} weight × {tokens} tokens, {threads} threads (best of {reps})");
+    let torch = bench_torch(tokens, threads, reps);
+    let torch_f32 = torch.map(|t| t.0);
+    if let Some((f32_gflops, bf16_gflops)) = torch {
+        println!("torch  f32   {f32_gflops:8.1} GFLOP/s");
+        println!("torch  bf16  {bf16_gflops:8.1} GFLOP/s");
+    } else {
+        println!("torch  (python3 with torch not available: no reference in this run)");
+    }
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
+        let g = bench_ggml(ty, tokens, threads, reps);
+        match torch_f32 {
+            Some(t) => println!("ggml   {:<5} {g:8.1} GFLOP/s  ({:.2}x torch f32)", ty.name(), g / t),
+            None => println!("ggml   {:<5} {g:8.1} GFLOP/s", ty.name()),
+        }
+    }
+}
