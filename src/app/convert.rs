@@ -89,7 +89,8 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         log::info!("loading {}", path.display());
         store.add_file(path, prefix)?;
     }
-    let out = cfg.output_path_for(0);
+    // Convert writes exactly the path given (no image-style extension handling).
+    let out = std::path::PathBuf::from(&cfg.output.pattern);
     let mut writer = GgufWriter::new();
     // Keep the inputs' own metadata (tokenizers in GGUF files, for instance).
     for file in store.files() {
