@@ -40,11 +40,18 @@ fn bench_ggml(ty: GgmlType, tokens: usize, threads: usize, reps: usize) -> f64 {
     let backend = Backend::cpu(threads).expect("CPU backend");
     let mut weights = Arena::new(2).expect("arena");
     let w = weights.add(ty, [K, M, 1, 1], "w").expect("room");
-    let x = weights.add(GgmlType::F32, [K, tokens, 1, 1], "x").expect("room");
-    let _buf = backend.alloc_context(weights.context(), "bench").expect("alloc");
+    let x = weights
+        .add(GgmlType::F32, [K, tokens, 1, 1], "x")
+        .expect("room");
+    let _buf = backend
+        .alloc_context(weights.context(), "bench")
+        .expect("alloc");
     let wbytes = convert_f32(&pseudo_random(K * M, 1), ty, K).expect("convert");
     weights.get(w).write_bytes(&wbytes).expect("write w");
-    weights.get(x).write_f32(&pseudo_random(K * tokens, 2)).expect("write x");
+    weights
+        .get(x)
+        .write_f32(&pseudo_random(K * tokens, 2))
+        .expect("write x");
 
     let ctx = Context::new(16, 16).expect("ctx");
     let graph = Graph::new(&ctx, 16);
@@ -68,12 +75,17 @@ fn bench_torch(tokens: usize, threads: usize, reps: usize) -> Option<(f64, f64)>
          def run(w,x):\n  best=1e9\n  for _ in range({reps}+1):\n    t=time.perf_counter(); torch.nn.functional.linear(x,w); best=min(best,time.perf_counter()-t)\n  return 2*{K}*{M}*{tokens}/best/1e9\n\
          print(run(w,x), run(w.bfloat16(),x.bfloat16()))"
     );
-    let out = Command::new("python3").args(["-c", &script]).output().ok()?;
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut it = text.split_whitespace().filter_map(|v| v.parse::<f64>().ok());
+    let mut it = text
+        .split_whitespace()
+        .filter_map(|v| v.parse::<f64>().ok());
     Some((it.next()?, it.next()?))
 }
 
@@ -93,7 +105,11 @@ fn main() {
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
         let g = bench_ggml(ty, tokens, threads, reps);
         match torch_f32 {
-            Some(t) => println!("ggml   {:<5} {g:8.1} GFLOP/s  ({:.2}x torch f32)", ty.name(), g / t),
+            Some(t) => println!(
+                "ggml   {:<5} {g:8.1} GFLOP/s  ({:.2}x torch f32)",
+                ty.name(),
+                g / t
+            ),
             None => println!("ggml   {:<5} {g:8.1} GFLOP/s", ty.name()),
         }
     }

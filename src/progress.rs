@@ -33,7 +33,11 @@ impl Progress {
     pub fn set(&mut self, done: usize) {
         self.done = done.min(self.total);
         let elapsed = self.start.elapsed().as_secs_f64();
-        let per = if self.done > 0 { elapsed / self.done as f64 } else { 0.0 };
+        let per = if self.done > 0 {
+            elapsed / self.done as f64
+        } else {
+            0.0
+        };
         let width = 30;
         let filled = self.done * width / self.total;
         let bar: String = "=".repeat(filled) + &" ".repeat(width - filled);

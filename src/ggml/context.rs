@@ -110,7 +110,7 @@ impl<'c> Tensor<'c> {
     }
 
     pub fn ty(self) -> GgmlType {
-        GgmlType::from_id(self.get().type_ as u32).unwrap_or(GgmlType::F32)
+        GgmlType::from_id(self.get().type_).unwrap_or(GgmlType::F32)
     }
 
     pub fn n_elements(self) -> usize {

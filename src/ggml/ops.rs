@@ -363,9 +363,7 @@ impl Context {
             ScaleMode::Bicubic => sys::GGML_SCALE_MODE_BICUBIC,
         };
         // SAFETY: live tensor.
-        self.wrap(unsafe {
-            sys::ggml_interpolate(self.raw(), a.raw(), n[0], n[1], n[2], n[3], m as u32)
-        })
+        self.wrap(unsafe { sys::ggml_interpolate(self.raw(), a.raw(), n[0], n[1], n[2], n[3], m) })
     }
 
     /// Zero padding: `pads[i] = (before, after)` for dim i (ggml order).

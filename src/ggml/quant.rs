@@ -33,7 +33,7 @@ pub fn quantize_rows(
         n_per_row,
         block: ty.block_size(),
     })?;
-    if n_per_row == 0 || data.len() % n_per_row != 0 {
+    if n_per_row == 0 || !data.len().is_multiple_of(n_per_row) {
         return Err(QuantizeError::Ragged {
             len: data.len(),
             n_per_row,
@@ -72,7 +72,7 @@ pub fn dequantize_rows(
         n_per_row,
         block: ty.block_size(),
     })?;
-    if row_bytes == 0 || bytes.len() % row_bytes != 0 {
+    if row_bytes == 0 || !bytes.len().is_multiple_of(row_bytes) {
         return Err(QuantizeError::Ragged {
             len: bytes.len(),
             n_per_row,

@@ -61,7 +61,7 @@ impl GgmlType {
     /// Bytes of one row of `ne0` elements, or None when `ne0` is not a whole number of blocks.
     pub fn row_bytes(self, ne0: usize) -> Option<usize> {
         let bs = self.block_size();
-        (bs > 0 && ne0 % bs == 0).then(|| ne0 / bs * self.type_size())
+        (bs > 0 && ne0.is_multiple_of(bs)).then(|| ne0 / bs * self.type_size())
     }
 
     pub fn is_quantized(self) -> bool {

@@ -26,3 +26,11 @@ pub enum RunnerError {
     #[error("internal error: {0}")]
     Internal(String),
 }
+
+impl RunnerError {
+    /// Whether this is an allocation failure (worth retrying with less memory), as opposed to
+    /// a bad input or a failed computation.
+    pub fn is_alloc_failure(&self) -> bool {
+        matches!(self, RunnerError::Ggml(GgmlError::OutOfMemory { .. }))
+    }
+}

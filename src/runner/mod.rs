@@ -34,6 +34,10 @@ pub struct RunOptions {
     /// Use ggml's fused flash attention where a model supports it (`--fa`).
     pub flash_attn: bool,
     pub graph_size: usize,
+    /// A device-memory budget in bytes this runner must stay within (weights + cache +
+    /// compute buffer). Exceeding it fails like a device out-of-memory, which lets the CPU
+    /// backend exercise the same fallbacks a GPU would (`--max-vram`, tests).
+    pub memory_budget: Option<usize>,
 }
 
 impl Default for RunOptions {
@@ -41,6 +45,7 @@ impl Default for RunOptions {
         Self {
             flash_attn: false,
             graph_size: DEFAULT_GRAPH_SIZE,
+            memory_budget: None,
         }
     }
 }
@@ -128,11 +133,10 @@ impl Runner {
         F: for<'g> FnOnce(&'g GraphCtx<'g>) -> Vec<Tensor<'g>>,
     {
         let size = self.options.graph_size;
-        let ctx = ctx;
         let cache = self.cache.borrow();
-        let g = GraphCtx::new(&ctx, self.weights.as_ref(), &cache, self.options.flash_attn);
+        let g = GraphCtx::new(ctx, self.weights.as_ref(), &cache, self.options.flash_attn);
         let outputs = build(&g);
-        let graph = Graph::new(&ctx, size);
+        let graph = Graph::new(ctx, size);
         // Outputs are made contiguous f32 so they read back in one copy.
         let outputs: Vec<Tensor<'_>> = outputs
             .into_iter()
@@ -159,6 +163,21 @@ impl Runner {
             *galloc_slot = Some(Gallocr::new(&self.backend)?);
         }
         let galloc = galloc_slot.as_mut().expect("allocator just created");
+        if let Some(budget) = self.options.memory_budget {
+            let compute = galloc.reserve(&graph)?;
+            let resident = self.weights.as_ref().map_or(0, ModelWeights::bytes) + cache.bytes();
+            if resident + compute > budget {
+                return Err(RunnerError::Ggml(crate::ggml::GgmlError::OutOfMemory {
+                    device: format!(
+                        "{} (budget {:.1} MiB)",
+                        self.backend.name(),
+                        budget as f64 / 1048576.0
+                    ),
+                    what: format!("{} compute buffer", self.name),
+                    bytes: compute,
+                }));
+            }
+        }
         galloc.alloc(&graph)?;
         for (t, name, data) in g.inputs.borrow().iter() {
             let n = t.n_elements();

@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use crate::ggml::{dequantize_rows, GgmlType, Ne};
 use crate::weights::{SourceDType, TensorStore};
 
+/// Converts a tensor's raw bytes to f32 values (or says why it cannot).
+pub type ToF32<'a> = Box<dyn Fn(&[u8]) -> Result<Vec<f32>, String> + 'a>;
+
 /// One tensor as a source sees it.
 pub struct SourceTensor<'a> {
     /// Shape in ggml order.
@@ -20,7 +23,7 @@ pub struct SourceTensor<'a> {
     /// Raw bytes (ggml layout when `ggml_type` is set).
     pub bytes: Cow<'a, [u8]>,
     /// Converts the bytes to f32 (needed for conversions and for non-ggml source types).
-    pub to_f32: Box<dyn Fn(&[u8]) -> Result<Vec<f32>, String> + 'a>,
+    pub to_f32: ToF32<'a>,
     /// Human-readable origin for error messages ("vae.safetensors").
     pub origin: String,
 }
