@@ -224,12 +224,14 @@ struct SamplerCase {
     out: Vec<f64>,
 }
 
-#[test]
-fn samplers_match_reference_loops() {
-    let fx = fixture("samplers.json");
-    let noise: Vec<f32> = serde_json::from_value(fx["noise"].clone()).unwrap();
+/// Runs every case of a sampler fixture file; returns (kinds seen, cases, worst).
+fn check_sampler_fixture(
+    file: &str,
+    noise: &[f32],
+    seen: &mut std::collections::HashSet<SamplerKind>,
+) -> (usize, (String, f64)) {
+    let fx = fixture(file);
     let cases: Vec<SamplerCase> = serde_json::from_value(fx["cases"].clone()).unwrap();
-    let mut seen = std::collections::HashSet::new();
     let mut worst = (String::new(), 0.0f64);
     for c in &cases {
         let kind: SamplerKind = c.sampler.parse().unwrap();
@@ -237,17 +239,24 @@ fn samplers_match_reference_loops() {
         let mut opts = SamplerOptions::new(kind, c.flow);
         opts.eta = c.eta;
         let mut rng = ReplayRng {
-            noise: noise.clone(),
+            noise: noise.to_vec(),
             pos: 0,
         };
         let got = sample(kind, &mut Analytic, c.x.clone(), &c.sigmas, &mut rng, &opts).unwrap();
-        let tag = format!("{} flow={} eta={}", c.sampler, c.flow, c.eta);
+        let tag = format!(
+            "{file}: {} flow={} eta={} n={}",
+            c.sampler,
+            c.flow,
+            c.eta,
+            c.sigmas.len() - 1
+        );
+        assert_eq!(got.len(), c.out.len(), "{tag}");
         let err = got
             .iter()
             .zip(&c.out)
             .map(|(g, w)| (f64::from(*g) - w).abs() / w.abs().max(1.0))
             .fold(0.0, f64::max);
-        // f32 vs f64; lms uses upstream's midpoint-rule coefficients vs exact integrals.
+        // f32 here vs f64 in the reference (relative to max(|ref|, 1)).
         assert!(
             err <= 1e-5,
             "{tag}: err {err:e}\n got {got:?}\nwant {:?}",
@@ -257,28 +266,39 @@ fn samplers_match_reference_loops() {
             worst = (tag, err);
         }
     }
-    eprintln!("{} sampler cases, worst {:?}", cases.len(), worst);
-    assert_eq!(seen.len(), 18);
+    (cases.len(), worst)
 }
 
 #[test]
-fn unimplemented_sampler_is_named() {
-    let mut rng = ReplayRng {
-        noise: vec![0.0; 16],
-        pos: 0,
-    };
+fn samplers_match_reference_loops() {
+    let noise: Vec<f32> =
+        serde_json::from_value(fixture("samplers.json")["noise"].clone()).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for file in ["samplers.json", "samplers_more.json"] {
+        let (n, worst) = check_sampler_fixture(file, &noise, &mut seen);
+        eprintln!("{file}: {n} sampler cases, worst {worst:?}");
+    }
+    // Every sampler has reference cases.
+    assert_eq!(seen.len(), SamplerKind::ALL.len());
+}
+
+#[test]
+fn bt_single_step_returns_input_like_upstream() {
+    // Upstream's dpm++2m_sde_bt returns the latent untouched when the schedule has
+    // fewer than two distinct positive sigmas (no model call).
+    struct Fail;
+    impl Denoiser for Fail {
+        fn denoise(&mut self, _x: &[f32], _s: f32, _t: usize) -> Result<Vec<f32>, SamplingError> {
+            Err(SamplingError::Cancelled)
+        }
+    }
+    let mut rng = StdDefaultRng::new(1);
     let kind = SamplerKind::Dpmpp2mSdeBt;
-    let err = sample(
-        kind,
-        &mut Analytic,
-        vec![0.0; 4],
-        &[1.0, 0.0],
-        &mut rng,
-        &SamplerOptions::new(kind, false),
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("dpm++2m_sde_bt"), "{err}");
+    let x = vec![0.5, -1.0, 2.0];
+    let opts = SamplerOptions::new(kind, false);
+    let out = sample(kind, &mut Fail, x.clone(), &[3.0, 0.0], &mut rng, &opts).unwrap();
+    assert_eq!(out, x);
+    assert!(sample(kind, &mut Fail, x, &[3.0, 1.0, 0.0], &mut rng, &opts).is_err());
 }
 
 #[test]
@@ -305,4 +325,117 @@ fn cfg_pp_without_uncond_is_an_error() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("euler_cfg_pp"), "{err}");
+}
+
+// ------------------------------------------------- --extra-sample-args / --sigmas
+
+use sd_cli::sampling::{parse_extra_sample_args, parse_sigmas_arg, SamplingPlan};
+
+#[derive(Deserialize)]
+struct ScheduleArgsCase {
+    schedule: String,
+    model: String,
+    steps: usize,
+    image_seq_len: u32,
+    args: Vec<(String, String)>,
+    sigmas: Vec<f64>,
+}
+
+#[test]
+fn schedule_extra_args_match_reference() {
+    let cases: Vec<ScheduleArgsCase> =
+        serde_json::from_value(fixture("schedules_args.json")).unwrap();
+    let mut worst = 0.0f64;
+    for c in &cases {
+        let parsed = parse_extra_sample_args(&c.args).unwrap();
+        assert!(parsed.unknown.is_empty(), "{:?}", parsed.unknown);
+        let mut opts = ScheduleOptions {
+            image_seq_len: c.image_seq_len,
+            ..Default::default()
+        };
+        parsed.schedule.apply_to(&mut opts);
+        // The schedule-only entry point must agree.
+        let mut opts2 = ScheduleOptions {
+            image_seq_len: c.image_seq_len,
+            ..Default::default()
+        };
+        assert!(opts2.apply_extra_args(&c.args).unwrap().is_empty());
+        assert_eq!(opts, opts2);
+        let model = match c.model.as_str() {
+            "sd" => ModelSchedule::sd_discrete(),
+            _ => ModelSchedule::Flow { shift: 3.0 },
+        };
+        let kind: ScheduleKind = c.schedule.parse().unwrap();
+        let got = get_sigmas(kind, c.steps, &model, &opts).unwrap();
+        let tag = format!("{} n={} {:?}", c.schedule, c.steps, c.args);
+        assert_eq!(
+            got.len(),
+            c.sigmas.len(),
+            "{tag}: {got:?} vs {:?}",
+            c.sigmas
+        );
+        for (g, w) in got.iter().zip(&c.sigmas) {
+            let e = (f64::from(*g) - w).abs() / w.abs().max(1e-3);
+            // ltx2's terminal stretch `1 - (1 - s) / k` loses ~1 f32 ulp of 1.
+            let tol = if c.schedule == "ltx2" { 3e-6 } else { 1e-6 };
+            assert!(
+                e <= tol,
+                "{tag}: rel err {e:e}\n got {got:?}\nwant {:?}",
+                c.sigmas
+            );
+            worst = worst.max(e);
+        }
+        // And the overrides really change the schedule (else the case tests nothing).
+        let plain = ScheduleOptions {
+            image_seq_len: c.image_seq_len,
+            ..Default::default()
+        };
+        let default = get_sigmas(kind, c.steps, &model, &plain).unwrap();
+        if c.steps > 1 {
+            assert_ne!(default, got, "{tag}: overrides had no effect");
+        }
+    }
+    assert!(cases.len() >= 30);
+    eprintln!(
+        "{} extra-args schedule cases, worst rel err {worst:e}",
+        cases.len()
+    );
+}
+
+#[test]
+fn plan_runs_with_schedule_or_custom_sigmas() {
+    let model = ModelSchedule::sd_discrete();
+    let mut plan = SamplingPlan::new(SamplerKind::Euler, ScheduleKind::Karras, 6);
+    let args = sd_cli::sampling::ExtraSampleArgs::parse_str("gamma=1.5").unwrap();
+    plan.apply_extra_args(&args);
+    assert_eq!(plan.sampler_args.ge_gamma, 1.5);
+    let sigmas = plan.sigmas(&model).unwrap();
+    assert_eq!(sigmas.len(), 7);
+    assert_eq!(plan.eta(), 0.0);
+    let x: Vec<f32> = (0..8).map(|i| (i as f32 - 3.5) * sigmas[0] * 0.3).collect();
+    let mut rng = StdDefaultRng::new(7);
+    let got = plan
+        .run(&model, &mut Analytic, x.clone(), &sigmas, &mut rng)
+        .unwrap();
+    let opts = SamplerOptions::new(SamplerKind::Euler, false);
+    let want = sample(
+        SamplerKind::Euler,
+        &mut Analytic,
+        x.clone(),
+        &sigmas,
+        &mut rng,
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(got, want);
+
+    // --sigmas replaces the schedule and the step count.
+    plan.custom_sigmas = Some(parse_sigmas_arg("[14.6, 3.0, 0.7, 0]").unwrap());
+    assert_eq!(plan.sigmas(&model).unwrap(), vec![14.6, 3.0, 0.7, 0.0]);
+    plan.custom_sigmas = Some(vec![1.0, 2.0]);
+    assert!(plan.sigmas(&model).is_err());
+    plan.custom_sigmas = None;
+    plan.steps = 0;
+    let e = plan.sigmas(&model).unwrap_err().to_string();
+    assert!(e.contains("--steps"), "{e}");
 }

@@ -4,9 +4,15 @@
 //! A sampler only sees a [`Denoiser`] (x, sigma) -> denoised estimate; the model
 //! parameterisation (eps / v / EDM / flow) lives behind it (see [`denoiser`]).
 //! All samplers share one signature and are reached through [`sample`].
+//!
+//! The pipeline's entry points: [`SamplingPlan`] (sampler + schedule + settings,
+//! `sigmas()` then `run()`), [`parse_extra_sample_args`] for `--extra-sample-args` and
+//! [`parse_sigmas_arg`] / [`custom_sigmas`] for `--sigmas`.
 
 pub mod denoiser;
+pub mod extra_args;
 pub mod guidance;
+pub mod plan;
 pub mod samplers;
 pub mod schedules;
 mod special;
@@ -19,6 +25,11 @@ use std::str::FromStr;
 use crate::rng::Rng;
 
 pub use denoiser::{CfgPpOutput, Denoiser, ModelDenoiser, Prediction, Scalings};
+pub use extra_args::{
+    parse_extra_sample_args, split_extra_sample_args, ExtraSampleArgs, ScheduleOverrides,
+};
+pub use plan::{custom_sigmas, parse_sigmas_arg, SamplingPlan};
+pub use samplers::SamplerExtraArgs;
 pub use schedules::{get_sigmas, AysFamily, ScheduleKind, ScheduleOptions};
 pub use timesteps::{DiscreteSigmas, ModelSchedule};
 
@@ -34,7 +45,8 @@ pub enum SamplingError {
     /// `--prediction` value that names no parameterisation.
     #[error("unknown prediction type '{0}' (expected one of: eps, v, edm_v, sd3_flow, flux_flow)")]
     UnknownPrediction(String),
-    /// A known sampler that this build does not implement.
+    /// A known sampler that this build does not implement (all are implemented now;
+    /// kept for callers that gate optional samplers).
     #[error("sampling method '{0}' is not implemented yet")]
     SamplerNotImplemented(&'static str),
     /// A schedule that cannot serve this model.
@@ -291,7 +303,7 @@ pub fn sample(
         SamplerKind::EulerGe => s::euler_ge::sample(denoiser, x, sigmas, rng, opts),
         SamplerKind::Dpmpp2mSde => s::dpmpp_2m_sde::sample(denoiser, x, sigmas, rng, opts),
         SamplerKind::Lms => s::lms::sample(denoiser, x, sigmas, rng, opts),
-        SamplerKind::Dpmpp2mSdeBt => Err(SamplingError::SamplerNotImplemented(kind.name())),
+        SamplerKind::Dpmpp2mSdeBt => s::dpmpp_2m_sde_bt::sample(denoiser, x, sigmas, rng, opts),
     }
 }
 

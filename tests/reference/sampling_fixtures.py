@@ -15,6 +15,8 @@ References:
   upstream formula (see each function).
 - samplers: float64 torch transcriptions of the sampler loops (k-diffusion's where the
   upstream sampler is k-diffusion's), run on an analytic denoiser with recorded noise.
+- tcd, er_sde, dpm++2m_sde_bt and schedules with --extra-sample-args: see
+  sampling_fixtures_more.py (called at the end).
 """
 import ctypes
 import ctypes.util
@@ -879,3 +881,6 @@ if __name__ == "__main__":
     main_rng()
     main_schedules()
     main_samplers()
+    # tcd / er_sde / dpm++2m_sde_bt and the --extra-sample-args schedule cases.
+    import sampling_fixtures_more
+    sampling_fixtures_more.main()

@@ -1,3 +1,4 @@
 //! Autoencoders (latent <-> pixels).
 
 pub mod autoencoder_kl;
+pub mod tiling;

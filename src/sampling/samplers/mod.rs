@@ -6,6 +6,7 @@
 pub mod dpm2;
 pub mod dpmpp_2m;
 pub mod dpmpp_2m_sde;
+pub mod dpmpp_2m_sde_bt;
 pub mod dpmpp_2m_v2;
 pub mod dpmpp_2s_a;
 pub mod er_sde;
