@@ -17,6 +17,14 @@ pub enum Error {
     Ggml(#[from] crate::ggml::GgmlError),
     #[error(transparent)]
     Image(#[from] crate::image_io::ImageIoError),
+    #[error(transparent)]
+    Sampling(#[from] crate::sampling::SamplingError),
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizers::TokenizerError),
+    #[error(transparent)]
+    Tiling(#[from] crate::models::vae::tiling::TilingError),
+    #[error("{flag}: {reason}")]
+    Flag { flag: String, reason: String },
     #[error("{path}: {reason}")]
     Model { path: PathBuf, reason: String },
     #[error("{0}")]

@@ -4,11 +4,13 @@ mod convert;
 mod devices;
 mod generate;
 mod metadata;
+mod sampling_setup;
 
 use crate::cli::{unimplemented_flags, unimplemented_mode, Mode, RunConfig};
 use crate::error::{Error, Result};
 
 pub use devices::print_devices;
+pub use sampling_setup::SamplingSetup;
 
 /// Runs one validated invocation.
 pub fn run(cfg: &RunConfig) -> Result<()> {
