@@ -7,6 +7,7 @@ use crate::weights::{detect_family, Component, ModelFamily, TensorStore};
 pub fn run(cfg: &RunConfig) -> Result<()> {
     // Flags first: a typo fails before any model file is read.
     let _sampling = super::SamplingSetup::resolve(cfg)?;
+    let _backends = super::BackendPlan::resolve(cfg)?;
     let m = &cfg.models;
     let mut store = TensorStore::new();
     if let Some(p) = &m.model {

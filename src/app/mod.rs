@@ -1,5 +1,6 @@
 //! Mode dispatch: what `sd-cli` does once its flags are validated.
 
+mod backends;
 mod convert;
 mod devices;
 mod generate;
@@ -9,6 +10,7 @@ mod sampling_setup;
 use crate::cli::{unimplemented_flags, unimplemented_mode, Mode, RunConfig};
 use crate::error::{Error, Result};
 
+pub use backends::{BackendPlan, Module};
 pub use devices::print_devices;
 pub use sampling_setup::SamplingSetup;
 
