@@ -5,6 +5,7 @@
 //! [`GraphCtx`](crate::runner::GraphCtx). Shapes are in ggml order: activations are
 //! `[channels, tokens, batch]` for sequences and `[W, H, C, N]` for images.
 
+mod activation;
 mod attention;
 mod conv;
 mod embed;
@@ -12,6 +13,7 @@ mod linear;
 mod norm;
 mod rope;
 
+pub use activation::gelu_tanh;
 pub use attention::{attention, AttentionMask};
 pub use conv::Conv2d;
 pub use embed::{sincos_2d_pos_embed, timestep_embedding, TimestepEmbedding};
