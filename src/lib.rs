@@ -22,6 +22,7 @@ pub mod image_io;
 pub mod logging;
 pub mod models;
 pub mod nn;
+pub mod pipeline;
 pub mod progress;
 pub mod rng;
 pub mod runner;

@@ -22,7 +22,9 @@ impl Module {
     fn from_key(key: &str) -> Option<Self> {
         match key.trim().to_ascii_lowercase().as_str() {
             "diffusion" | "dit" | "unet" => Some(Module::Diffusion),
-            "te" | "clip" | "text_encoder" | "text-encoder" | "cond_stage" => Some(Module::TextEncoder),
+            "te" | "clip" | "text_encoder" | "text-encoder" | "cond_stage" => {
+                Some(Module::TextEncoder)
+            }
             "vae" | "first_stage" => Some(Module::Vae),
             _ => None,
         }
@@ -44,7 +46,10 @@ fn parse_device(name: &str) -> Result<BackendChoice> {
         let names: Vec<String> = known.iter().map(|d| d.name.clone()).collect();
         Err(Error::Flag {
             flag: "--backend".into(),
-            reason: format!("no device named '{name}' in this build (available: auto, cpu, {})", names.join(", ")),
+            reason: format!(
+                "no device named '{name}' in this build (available: auto, cpu, {})",
+                names.join(", ")
+            ),
         })
     }
 }
@@ -60,7 +65,13 @@ impl BackendPlan {
     pub fn resolve(cfg: &RunConfig) -> Result<Self> {
         let mut default = BackendChoice::Auto;
         let mut per_module = HashMap::new();
-        for entry in cfg.runtime.backend.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        for entry in cfg
+            .runtime
+            .backend
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
             match entry.split_once('=') {
                 Some((key, dev)) => {
                     let module = Module::from_key(key).ok_or_else(|| Error::Flag {
@@ -107,7 +118,11 @@ impl BackendPlan {
             return Ok(b.clone());
         }
         let backend = Rc::new(Backend::new(&choice, self.threads)?);
-        log::debug!("{module:?} runs on {} ({})", backend.name(), backend.info().description);
+        log::debug!(
+            "{module:?} runs on {} ({})",
+            backend.name(),
+            backend.info().description
+        );
         self.opened.borrow_mut().push((choice, backend.clone()));
         Ok(backend)
     }

@@ -4,7 +4,10 @@
 use crate::cli::RunConfig;
 use crate::error::{Error, Result};
 use crate::rng::RngKind;
-use crate::sampling::{custom_sigmas, parse_extra_sample_args, ExtraSampleArgs, SamplerKind, SamplingPlan, ScheduleKind};
+use crate::sampling::{
+    custom_sigmas, parse_extra_sample_args, ExtraSampleArgs, SamplerKind, SamplingPlan,
+    ScheduleKind,
+};
 
 #[derive(Debug)]
 pub struct SamplingSetup {
@@ -49,7 +52,8 @@ impl SamplingSetup {
             Some(name) => name.parse().map_err(|e| flag_err("--sampler-rng", e))?,
             None => rng,
         };
-        let extra = parse_extra_sample_args(&s.extra_sample_args).map_err(|e| flag_err("--extra-sample-args", e))?;
+        let extra = parse_extra_sample_args(&s.extra_sample_args)
+            .map_err(|e| flag_err("--extra-sample-args", e))?;
         for key in &extra.unknown {
             log::warn!("--extra-sample-args: unknown key '{key}' ignored");
         }
@@ -75,7 +79,11 @@ impl SamplingSetup {
     }
 
     /// The plan for a model whose defaults are `sampler` and `schedule`.
-    pub fn plan(&self, default_sampler: SamplerKind, default_schedule: ScheduleKind) -> SamplingPlan {
+    pub fn plan(
+        &self,
+        default_sampler: SamplerKind,
+        default_schedule: ScheduleKind,
+    ) -> SamplingPlan {
         let mut plan = SamplingPlan::new(
             self.sampler.unwrap_or(default_sampler),
             self.schedule.unwrap_or(default_schedule),

@@ -581,8 +581,19 @@ impl RunConfig {
             ("--pulid-id-embedding", &g.pulid_id_embedding),
             ("--ad-model", &g.ad_model),
         ];
+        // Model files may also be diffusers folders (config.json + weights).
+        const MAY_BE_FOLDER: [&str; 5] = [
+            "-m/--model",
+            "--diffusion-model",
+            "--t5xxl",
+            "--llm",
+            "--vae",
+        ];
         for (flag, p) in files {
-            check_file(flag, p)?;
+            match p {
+                Some(path) if MAY_BE_FOLDER.contains(&flag) && path.is_dir() => {}
+                _ => check_file(flag, p)?,
+            }
         }
         for p in &g.ref_image {
             check_file_path("-r/--ref-image", p)?;

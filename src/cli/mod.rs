@@ -12,7 +12,7 @@ pub mod unimplemented;
 
 pub use args::{Cli, Mode};
 pub use checks::physical_cores;
-pub use config::{CliError, RunConfig};
+pub use config::{align_size_up, CliError, RunConfig};
 pub use model_args::{ModelArgs, PrefixCacheType};
 pub use tiling::VaeTiling;
 pub use unimplemented::{unimplemented_flags, unimplemented_mode};

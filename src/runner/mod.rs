@@ -180,6 +180,10 @@ impl Runner {
         }
         galloc.alloc(&graph)?;
         for (t, name, data) in g.inputs.borrow().iter() {
+            if !t.is_allocated() {
+                // Declared but not reachable from any output: nothing to fill.
+                continue;
+            }
             let n = t.n_elements();
             let got = match data {
                 InputData::F32(v) | InputData::F16(v) => v.len(),

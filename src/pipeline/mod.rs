@@ -1,0 +1,42 @@
+//! Orchestration per model family: condition → sample → decode. No ggml calls here; models
+//! run through their runners.
+
+pub mod pixart;
+mod vae_decode;
+
+pub use vae_decode::{decode_latents_kl, encode_image_kl};
+
+/// A decoded image in [0, 1], planar [W, H, C] (ggml order: x fastest, then y, then channel).
+#[derive(Clone, Debug)]
+pub struct FloatImage {
+    pub width: usize,
+    pub height: usize,
+    pub channels: usize,
+    pub data: Vec<f32>,
+}
+
+impl FloatImage {
+    /// Interleaved 8-bit pixels (RGB or RGBA), rounding as PIL's `numpy_to_pil` does.
+    pub fn to_u8_interleaved(&self) -> Vec<u8> {
+        let (w, h, c) = (self.width, self.height, self.channels);
+        let mut out = vec![0u8; w * h * c];
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    let v = self.data[ch * w * h + y * w + x].clamp(0.0, 1.0);
+                    out[(y * w + x) * c + ch] = (v * 255.0).round() as u8;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Per-stage wall-clock seconds, for `-v`.
+#[derive(Clone, Debug, Default)]
+pub struct StageTimes {
+    pub load: f64,
+    pub condition: f64,
+    pub sample: f64,
+    pub decode: f64,
+}

@@ -1,0 +1,182 @@
+//! A full PixArt-Σ text-to-image run against diffusers' `PixArtSigmaPipeline` on a tiny
+//! random-weight model (tests/reference/pixart_pipeline_fixtures.py): tokens, T5 hidden
+//! states, the final latent, and the PNG written by the `sd-cli` binary.
+//! Tolerances: hidden states 1e-4 × scale; latent 1e-3 × scale; image PSNR ≥ 40 dB (8-bit).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+use sd_cli::app::BackendPlan;
+use sd_cli::image_io::read_png;
+use sd_cli::pipeline::pixart::{PixArtLoad, PixArtPipeline, PixArtRequest};
+use sd_cli::rng::RngKind;
+use sd_cli::runner::HostTensor;
+use sd_cli::sampling::{SamplerKind, SamplingPlan, ScheduleKind};
+use sd_cli::weights::{Component, TensorStore};
+
+const PROMPT: &str = "A Lovely cat, holding a sign!  ";
+const NEGATIVE: &str = "blurry";
+
+fn dir() -> PathBuf {
+    fixture_path("pixart_pipeline")
+}
+
+fn tokenizer() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/t5-v1_1.tokenizer.json")
+}
+
+fn store() -> TensorStore {
+    let d = dir();
+    let mut s = TensorStore::new();
+    s.add_file(&d.join("transformer"), Component::Diffusion.prefix())
+        .unwrap();
+    s.add_file(&d.join("text_encoder"), Component::T5.prefix())
+        .unwrap();
+    s.add_file(&d.join("vae"), Component::Vae.prefix()).unwrap();
+    s
+}
+
+fn load(store: &TensorStore, plan: &BackendPlan) -> PixArtPipeline {
+    let tok = tokenizer();
+    let t5 = dir().join("text_encoder");
+    PixArtPipeline::load(&PixArtLoad {
+        store,
+        t5_path: Some(&t5),
+        tokenizer_path: Some(&tok),
+        wtype: None,
+        flash_attn: false,
+        backends: plan,
+        pos_embed_base_size: None,
+        interpolation_scale: None,
+        vae_scale_factor: None,
+        memory_budget: None,
+    })
+    .expect("pipeline loads")
+}
+
+#[test]
+fn stages_match_diffusers() {
+    let reference = open_fixture("pixart_pipeline/reference.safetensors");
+    let s = store();
+    let plan = BackendPlan::cpu(2);
+    let pipe = load(&s, &plan);
+
+    let want_ids: Vec<i32> = tensor(&reference, "token_ids")
+        .data
+        .iter()
+        .map(|&v| v as i32)
+        .collect();
+    assert_eq!(pipe.tokens(PROMPT), want_ids);
+
+    for (name, text) in [("cond", PROMPT), ("uncond", NEGATIVE)] {
+        let got = pipe.encode_prompt(text).unwrap();
+        assert_close(&format!("T5 {name}"), &got, &tensor(&reference, name), 1e-4);
+    }
+
+    let splan = SamplingPlan::new(SamplerKind::Euler, ScheduleKind::Discrete, 4);
+    let mut noise = RngKind::Cpu.create(42);
+    let mut srng = RngKind::Cpu.create(42);
+    let z = pipe
+        .sample(PixArtRequest {
+            prompt: PROMPT,
+            negative_prompt: NEGATIVE,
+            width: 24,
+            height: 16,
+            cfg_scale: 4.5,
+            plan: &splan,
+            noise_rng: noise.as_mut(),
+            sampler_rng: srng.as_mut(),
+            vae_tiling: None,
+        })
+        .unwrap();
+    let got = HostTensor::new([z.w, z.h, z.c, 1], z.data.clone()).unwrap();
+    assert_close("final latent", &got, &tensor(&reference, "latent"), 1e-3);
+
+    let img = pipe.decode(&z, None).unwrap();
+    let got = HostTensor::new([img.width, img.height, img.channels, 1], img.data).unwrap();
+    assert_close(
+        "decoded image (float)",
+        &got,
+        &tensor(&reference, "image"),
+        1e-3,
+    );
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    let mse: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+#[test]
+fn sd_cli_run_matches_diffusers_image() {
+    let reference = open_fixture("pixart_pipeline/reference.safetensors");
+    let want = tensor(&reference, "image"); // [W, H, 3] planar
+    let (w, h) = (want.ne[0], want.ne[1]);
+    let mut want_u8 = vec![0u8; w * h * 3];
+    for c in 0..3 {
+        for y in 0..h {
+            for x in 0..w {
+                want_u8[(y * w + x) * 3 + c] =
+                    (want.data[c * w * h + y * w + x] * 255.0).round() as u8;
+            }
+        }
+    }
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().join("cat.png");
+    let d = dir();
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["--diffusion-model", d.join("transformer").to_str().unwrap()])
+        .args(["--t5xxl", d.join("text_encoder").to_str().unwrap()])
+        .args(["--vae", d.join("vae").to_str().unwrap()])
+        .args(["--t5xxl-tokenizer", tokenizer().to_str().unwrap()])
+        .args([
+            "-p",
+            PROMPT,
+            "-n",
+            NEGATIVE,
+            "--steps",
+            "4",
+            "--cfg-scale",
+            "4.5",
+        ])
+        .args([
+            "-W",
+            "24",
+            "-H",
+            "16",
+            "-s",
+            "42",
+            "--rng",
+            "cpu",
+            "--sampling-method",
+            "euler",
+        ])
+        .args([
+            "--scheduler",
+            "discrete",
+            "-t",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let img = read_png(&out).unwrap();
+    assert_eq!((img.width as usize, img.height as usize), (w, h));
+    let p = psnr(&img.data, &want_u8);
+    eprintln!("sd-cli vs diffusers PNG: PSNR {p:.1} dB");
+    assert!(p >= 40.0, "PSNR {p:.1} dB");
+}
