@@ -276,6 +276,24 @@ impl Gallocr {
             })
     }
 
+    /// Bytes the compute buffer needs for `graph`, measured without allocating anything.
+    /// The allocator is left marked as reserved for `graph` without memory: use a throwaway
+    /// allocator for measuring, never one that will allocate afterwards.
+    pub fn measure(&mut self, graph: &Graph<'_>) -> usize {
+        let mut size = 0usize;
+        // SAFETY: one buffer (id 0, null id arrays select it); `size` has room for it.
+        unsafe {
+            sys::ggml_gallocr_reserve_n_size(
+                self.raw.as_ptr(),
+                graph.raw(),
+                std::ptr::null(),
+                std::ptr::null(),
+                &mut size,
+            )
+        };
+        size
+    }
+
     /// Bytes the compute buffer needs for `graph` (reserves it).
     pub fn reserve(&mut self, graph: &Graph<'_>) -> Result<usize, GgmlError> {
         // SAFETY: live allocator and graph.

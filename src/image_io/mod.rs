@@ -10,6 +10,7 @@
 mod metadata;
 mod params;
 mod read;
+mod resize;
 mod write;
 
 pub use metadata::{
@@ -17,6 +18,7 @@ pub use metadata::{
 };
 pub use params::{base_name, GenerationParams, JSON_KEYWORD, PARAMETERS_KEYWORD};
 pub use read::{read_png, read_png_from_bytes, MAX_PIXELS, MAX_SIDE};
+pub use resize::resize_bilinear;
 pub use write::{write_generation_png, write_png_atomic};
 
 use std::path::PathBuf;

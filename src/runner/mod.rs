@@ -58,6 +58,7 @@ pub struct Runner {
     options: RunOptions,
     gallocr: RefCell<Option<Gallocr>>,
     cache: RefCell<NamedCache>,
+    last_compute_bytes: std::cell::Cell<usize>,
 }
 
 impl Runner {
@@ -74,6 +75,7 @@ impl Runner {
             options,
             gallocr: RefCell::new(None),
             cache: RefCell::new(NamedCache::default()),
+            last_compute_bytes: std::cell::Cell::new(0),
         }
     }
 
@@ -96,6 +98,11 @@ impl Runner {
     /// Frees cache entries whose names start with `prefix` ("" frees all).
     pub fn clear_cache(&self, prefix: &str) {
         self.cache.borrow_mut().clear_prefix(prefix);
+    }
+
+    /// Compute-buffer bytes the last graph needed (for memory reports and budget tests).
+    pub fn last_compute_bytes(&self) -> usize {
+        self.last_compute_bytes.get()
     }
 
     pub fn cache_bytes(&self) -> usize {
@@ -162,9 +169,18 @@ impl Runner {
         if galloc_slot.is_none() {
             *galloc_slot = Some(Gallocr::new(&self.backend)?);
         }
-        let galloc = galloc_slot.as_mut().expect("allocator just created");
+        // Measure with a throwaway allocator: measuring marks an allocator as reserved
+        // without giving it memory, so the one that allocates must not be the one measured.
+        let needed = Gallocr::new(&self.backend)?.measure(&graph);
+        let mut galloc = galloc_slot.as_mut().expect("allocator just created");
+        if galloc.buffer_size() > needed.saturating_mul(2) {
+            // A much smaller graph than before (e.g. after a retry with smaller tiles): start
+            // over so the oversized buffer is released.
+            *galloc_slot = Some(Gallocr::new(&self.backend)?);
+            galloc = galloc_slot.as_mut().expect("allocator just created");
+        }
         if let Some(budget) = self.options.memory_budget {
-            let compute = galloc.reserve(&graph)?;
+            let compute = needed;
             let resident = self.weights.as_ref().map_or(0, ModelWeights::bytes) + cache.bytes();
             if resident + compute > budget {
                 return Err(RunnerError::Ggml(crate::ggml::GgmlError::OutOfMemory {
@@ -179,6 +195,7 @@ impl Runner {
             }
         }
         galloc.alloc(&graph)?;
+        self.last_compute_bytes.set(galloc.buffer_size());
         for (t, name, data) in g.inputs.borrow().iter() {
             if !t.is_allocated() {
                 // Declared but not reachable from any output: nothing to fill.
