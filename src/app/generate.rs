@@ -44,7 +44,7 @@ fn memory_budget(cfg: &RunConfig) -> Result<Option<usize>> {
         flag: "--max-vram".into(),
         reason: format!("'{raw}' is not a number of GiB"),
     })?;
-    Ok((gib > 0.0).then(|| (gib * (1u64 << 30) as f64) as usize))
+    Ok((gib > 0.0).then_some((gib * (1u64 << 30) as f64) as usize))
 }
 
 fn explicit_model_arg(cfg: &RunConfig, key: &str) -> bool {
