@@ -14,7 +14,7 @@ mod unicode_tables;
 pub mod unigram;
 
 pub use error::TokenizerError;
-pub use load::{find_t5_tokenizer, load_t5_tokenizer, T5_EXTRA_IDS};
+pub use load::{find_t5_tokenizer, load_t5_tokenizer, MAX_TOKENIZER_FILE_BYTES, T5_EXTRA_IDS};
 pub use sentencepiece_model::{from_gguf_vocab, from_spiece_model};
 pub use t5::{pixart_clean, Encoding, T5Tokenizer};
 pub use tokenizer_json::from_tokenizer_json;
