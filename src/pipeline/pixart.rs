@@ -338,7 +338,11 @@ impl PixArtPipeline {
     /// factor (what the VAE decodes), [w, h, C].
     pub fn sample(&self, req: PixArtRequest<'_>) -> Result<Planar> {
         let m = self.size_multiple();
-        if !req.width.is_multiple_of(m) || !req.height.is_multiple_of(m) || req.width == 0 || req.height == 0 {
+        if !req.width.is_multiple_of(m)
+            || !req.height.is_multiple_of(m)
+            || req.width == 0
+            || req.height == 0
+        {
             return Err(Error::Flag {
                 flag: "-W/-H".into(),
                 reason: format!(

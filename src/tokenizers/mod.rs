@@ -26,7 +26,7 @@ pub use bpe_load::{
     find_qwen_tokenizer, load_qwen_tokenizer,
 };
 pub use error::TokenizerError;
-pub use load::{find_t5_tokenizer, load_t5_tokenizer, T5_EXTRA_IDS};
+pub use load::{find_t5_tokenizer, load_t5_tokenizer, MAX_TOKENIZER_FILE_BYTES, T5_EXTRA_IDS};
 pub use nfc::nfc;
 pub use qwen_template::{qwen_image_21_prompt_ids, qwen_image_21_template};
 pub use sentencepiece_model::{from_gguf_vocab, from_spiece_model};
