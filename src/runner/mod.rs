@@ -109,6 +109,16 @@ impl Runner {
         self.cache.borrow().bytes()
     }
 
+    /// Whether the named cache holds an entry `name`.
+    pub fn has_cache(&self, name: &str) -> bool {
+        self.cache.borrow().contains(name)
+    }
+
+    /// The storage type and shape (ggml order) of cache entry `name`, if present.
+    pub fn cache_info(&self, name: &str) -> Option<(GgmlType, Ne)> {
+        self.cache.borrow().info(name)
+    }
+
     /// Builds a graph with `build`, runs it, and returns its outputs in order as f32.
     pub fn compute<F>(&self, build: F) -> Result<Vec<HostTensor>, RunnerError>
     where
