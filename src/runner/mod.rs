@@ -163,7 +163,13 @@ impl Runner {
                 } else {
                     t
                 };
-                let t = if t.is_contiguous() { t } else { ctx.cont(t) };
+                // A view's memory belongs to its source, which the allocator may reuse for
+                // later nodes: outputs get their own contiguous copy.
+                let t = if t.is_contiguous() && !t.is_view() {
+                    t
+                } else {
+                    ctx.cont(t)
+                };
                 t.mark_output()
             })
             .collect();
