@@ -7,6 +7,15 @@ use super::config::RunConfig;
 /// Flags that parse but whose feature is not implemented yet. The lead edits this list;
 /// [`unimplemented_flags`] reports the ones a run actually used.
 pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
+    "--ref-image",
+    "--clip_l",
+    "--clip_g",
+    "--clip_vision",
+    "--llm_vision",
+    "--taesd",
+    "--mask",
+    "--diffusion-conv-direct",
+    "--vae-conv-direct",
     "--high-noise-diffusion-model",
     "--uncond-diffusion-model",
     "--embeddings-connectors",

@@ -1,0 +1,124 @@
+//! One PixArt-Σ XL transformer step at 512×512 with CFG (batch 2), ours vs diffusers fp32 on
+//! the CPU in the same run, at f32/bf16/f16/q8_0 weights, with peak RSS.
+//!
+//! `cargo bench --bench pixart_step [-- --threads N --dir /tmp/pixart_xl]`. The reference
+//! script `benches/pixart_step.py` writes the random real-size weights (2.4 GB, diffusers
+//! layout) the first time and times diffusers; each of our variants runs in a child process
+//! so its peak RSS is its own.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::rc::Rc;
+use std::time::Instant;
+
+use sd_cli::ggml::{Backend, GgmlType};
+use sd_cli::models::dit::pixart::{PixArt, PixArtConfig, PixArtInputs, PosEmbedParams};
+use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::weights::TensorStore;
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Child mode: load with `ty`, run one warm-up and one timed step, print the figures.
+fn run_variant(dir: &Path, ty: &str, threads: usize) {
+    let wtype = if ty == "f32" { None } else { GgmlType::from_name(ty) };
+    let store = TensorStore::open(dir).expect("weights");
+    let backend = Rc::new(Backend::cpu(threads).expect("cpu"));
+    let (model, weights) = {
+        let src = StoreSource::new(&store, "");
+        let loader = WeightLoader::new(&src, wtype);
+        let config = PixArtConfig::detect(&loader.root("")).expect("config");
+        let model = PixArt::new(&loader.root(""), config).expect("model");
+        (model, loader.finish(&backend, "pixart").expect("load"))
+    };
+    let weight_mb = weights.bytes() as f64 / 1048576.0;
+    drop(store); // the mmap: only the runner's copy stays
+    let runner = Runner::new("pixart", backend, Some(weights), RunOptions::default());
+    let x: Vec<f32> = (0..64 * 64 * 4 * 2).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
+    let ctx: Vec<f32> = (0..4096 * 300 * 2).map(|i| ((i * 104729 % 1000) as f32 / 5000.0) - 0.1).collect();
+    let mut best = f64::INFINITY;
+    for _ in 0..2 {
+        let t0 = Instant::now();
+        let out = runner
+            .compute(|g| {
+                let inputs = PixArtInputs {
+                    x: g.input_f32("x", [64, 64, 4, 2], x.clone()),
+                    timesteps: g.input_f32("t", [2, 1, 1, 1], vec![999.0; 2]),
+                    context: g.input_f32("ctx", [4096, 300, 2, 1], ctx.clone()),
+                    context_mask: None,
+                    micro: None,
+                };
+                vec![model.forward(g, &inputs, PosEmbedParams::default())]
+            })
+            .expect("step");
+        assert_eq!(out[0].ne, [64, 64, 8, 2]);
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    println!("ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0}", peak_rss_mb());
+}
+
+fn field(text: &str, key: &str) -> Option<f64> {
+    let mut it = text.split_whitespace();
+    while let Some(w) = it.next() {
+        if w == key {
+            return it.next()?.parse().ok();
+        }
+    }
+    None
+}
+
+fn main() {
+    let threads: usize = arg("--threads").and_then(|v| v.parse().ok()).unwrap_or(2);
+    let dir = PathBuf::from(arg("--dir").unwrap_or_else(|| "/tmp/pixart_xl".into()));
+    if let Some(ty) = arg("--variant") {
+        run_variant(&dir, &ty, threads);
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pixart_step.py");
+    let py = Command::new("python3")
+        .arg(&script)
+        .arg(&dir)
+        .arg(threads.to_string())
+        .output()
+        .expect("python3");
+    let py_out = String::from_utf8_lossy(&py.stdout).to_string();
+    let reference = field(&py_out, "diffusers_s");
+    match reference {
+        Some(s) => println!(
+            "diffusers fp32: {s:.2} s/step, peak RSS {:.0} MB",
+            field(&py_out, "rss_mb").unwrap_or(0.0)
+        ),
+        None => {
+            eprintln!("reference failed: {}", String::from_utf8_lossy(&py.stderr));
+            return;
+        }
+    }
+    let me = std::env::current_exe().expect("exe");
+    for ty in ["f32", "bf16", "f16", "q8_0"] {
+        let o = Command::new(&me)
+            .args(["--variant", ty, "--threads", &threads.to_string(), "--dir"])
+            .arg(&dir)
+            .output()
+            .expect("child");
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        match (field(&text, "ours_s"), reference) {
+            (Some(s), Some(r)) => println!(
+                "ours {ty:<5}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
+                s / r,
+                field(&text, "rss_mb").unwrap_or(0.0),
+                field(&text, "weights_mb").unwrap_or(0.0)
+            ),
+            _ => eprintln!("{ty}: failed: {}", String::from_utf8_lossy(&o.stderr)),
+        }
+    }
+}
