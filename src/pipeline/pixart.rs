@@ -330,7 +330,12 @@ impl PixArtPipeline {
         let z = self.sample(req)?;
         let t = Instant::now();
         let image = self.decode(&z, tiling)?;
-        log::debug!("pixart: decode {:.2}s", t.elapsed().as_secs_f64());
+        log::debug!(
+            "pixart: decode {:.2}s; memory: VAE weights {:.1} MiB + {:.1} MiB compute",
+            t.elapsed().as_secs_f64(),
+            self.vae_runner.weights().map_or(0, |w| w.bytes()) as f64 / 1048576.0,
+            self.vae_runner.last_compute_bytes() as f64 / 1048576.0
+        );
         Ok(image)
     }
 
@@ -420,10 +425,15 @@ impl PixArtPipeline {
         let latent = req
             .plan
             .run(&self.schedule, &mut denoiser, x0, &sigmas, req.sampler_rng)?;
+        let mib = |b: usize| b as f64 / 1048576.0;
         log::debug!(
-            "pixart: condition {:.2}s, sampling {:.2}s ({steps} steps)",
+            "pixart: condition {:.2}s, sampling {:.2}s ({steps} steps); memory: T5 weights {:.1} MiB + {:.1} MiB compute, DiT weights {:.1} MiB + {:.1} MiB compute",
             condition_secs,
-            t1.elapsed().as_secs_f64()
+            t1.elapsed().as_secs_f64(),
+            mib(self.t5_runner.weights().map_or(0, |w| w.bytes())),
+            mib(self.t5_runner.last_compute_bytes()),
+            mib(self.dit_runner.weights().map_or(0, |w| w.bytes())),
+            mib(self.dit_runner.last_compute_bytes()),
         );
         let z: Vec<f32> = latent.iter().map(|v| v / self.vae_scale).collect();
         Ok(Planar::new(lw, lh, lat_c, z)?)
