@@ -53,6 +53,7 @@ fn load(store: &TensorStore, plan: &BackendPlan) -> PixArtPipeline {
         interpolation_scale: None,
         vae_scale_factor: None,
         memory: MemoryOptions::default(),
+        need_encoder: false,
     })
     .expect("pipeline loads")
 }
@@ -90,6 +91,7 @@ fn stages_match_diffusers() {
             noise_rng: noise.as_mut(),
             sampler_rng: srng.as_mut(),
             vae_tiling: None,
+            init: None,
         })
         .unwrap();
     let got = HostTensor::new([z.w, z.h, z.c, 1], z.data.clone()).unwrap();
@@ -179,4 +181,50 @@ fn sd_cli_run_matches_diffusers_image() {
     let p = psnr(&img.data, &want_u8);
     eprintln!("sd-cli vs diffusers PNG: PSNR {p:.1} dB");
     assert!(p >= 40.0, "PSNR {p:.1} dB");
+}
+
+#[test]
+fn img2img_runs_from_an_init_image() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let init = tmp.path().join("init.png");
+    // A 30x20 gradient: resized to -W/-H 24x16 before encoding.
+    let data: Vec<u8> = (0..30 * 20)
+        .flat_map(|i| [(i % 30 * 8) as u8, (i / 30 * 12) as u8, 128])
+        .collect();
+    let img = sd_cli::image_io::Image::new(30, 20, sd_cli::image_io::Channels::Rgb, data).unwrap();
+    sd_cli::image_io::write_png_atomic(&init, &img, &[]).unwrap();
+    let run = |strength: &str, out: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+            .args(["--diffusion-model", d.join("transformer").to_str().unwrap()])
+            .args(["--t5xxl", d.join("text_encoder").to_str().unwrap()])
+            .args(["--vae", d.join("vae").to_str().unwrap()])
+            .args(["--t5xxl-tokenizer", tokenizer().to_str().unwrap()])
+            .args([
+                "-p", PROMPT, "--steps", "4", "-W", "24", "-H", "16", "--rng", "cpu",
+            ])
+            .args(["--init-img", init.to_str().unwrap(), "--strength", strength])
+            .args([
+                "--vae-tiling",
+                "--vae-tile-size",
+                "16x16",
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap()
+    };
+    let (a, b) = (tmp.path().join("a.png"), tmp.path().join("b.png"));
+    let o = run("0.5", &a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run("1.0", &b);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (ia, ib) = (read_png(&a).unwrap(), read_png(&b).unwrap());
+    assert_eq!((ia.width, ia.height), (24, 16));
+    assert_ne!(ia.data, ib.data, "strength must change the result");
+    let text = sd_cli::image_io::read_png_text_pairs(&a).unwrap();
+    assert!(
+        text.iter().any(|(_, v)| v.contains("0.5")),
+        "strength recorded in metadata"
+    );
 }

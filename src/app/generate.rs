@@ -7,7 +7,9 @@ use super::{BackendPlan, SamplingSetup};
 use crate::cli::{align_size_up, RunConfig};
 use crate::error::{Error, Result};
 use crate::ggml::GgmlType;
-use crate::image_io::{base_name, write_generation_png, Channels, GenerationParams, Image};
+use crate::image_io::{
+    base_name, read_png, resize_bilinear, write_generation_png, Channels, GenerationParams, Image,
+};
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::pixart::{self, PixArtLoad, PixArtPipeline, PixArtRequest};
 use crate::pipeline::FloatImage;
@@ -104,6 +106,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
                 interpolation_scale: explicit_model_arg(cfg, "pixart_interpolation_scale").then_some(a.pixart_interpolation_scale),
                 vae_scale_factor: a.pixart_vae_scale_factor,
                 memory,
+                need_encoder: cfg.inputs.init.is_some(),
             })?
         }
         ModelFamily::Unknown => {
@@ -120,7 +123,15 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     log::debug!("models loaded in {:.2}s", t_load.elapsed().as_secs_f64());
 
     let mult = pipe.size_multiple() as u32;
-    let (w0, h0) = (cfg.resolved_width(), cfg.resolved_height());
+    let init_png = match &cfg.inputs.init {
+        Some(p) => Some(read_png(p)?),
+        None => None,
+    };
+    // Without -W/-H an init image sets the size (upstream rule).
+    let (w0, h0) = match (&init_png, cfg.size_is_set()) {
+        (Some(img), false) => (img.width, img.height),
+        _ => (cfg.resolved_width(), cfg.resolved_height()),
+    };
     let (width, height) = align_size_up(w0, h0, mult);
     if (width, height) != (w0, h0) {
         log::warn!("image size {w0}x{h0} rounded up to {width}x{height} (a multiple of {mult} for this model)");
@@ -130,6 +141,19 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .vae_tiling
         .as_ref()
         .map(|t| TileSettings::new(t.tile_w, t.tile_h, t.relative, t.overlap));
+
+    let init_latent = match &init_png {
+        Some(img) => {
+            let img = resize_bilinear(&img.to_rgb(), width, height);
+            let f =
+                FloatImage::from_u8_interleaved(width as usize, height as usize, 3, 3, &img.data);
+            let t = Instant::now();
+            let z = pipe.encode_image(&f, tiling.as_ref())?;
+            log::debug!("init image encoded in {:.2}s", t.elapsed().as_secs_f64());
+            Some(z)
+        }
+        None => None,
+    };
 
     for i in 0..cfg.batch_count {
         let seed = cfg.seed.wrapping_add(i as i64);
@@ -146,6 +170,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             noise_rng: noise_rng.as_mut(),
             sampler_rng: sampler_rng.as_mut(),
             vae_tiling: tiling.as_ref(),
+            init: init_latent.as_ref().map(|z| (z, cfg.strength)),
         })?;
         let path = cfg.output_path_for(i);
         if cfg.output.create_parent_dirs {
@@ -181,6 +206,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             p.vae = file_name(&cfg.models.vae);
             p.extra_sample_args = cfg.sampling.extra_sample_args_raw.clone();
             p.model_args = cfg.model_args_raw.clone();
+            p.strength = init_latent.is_some().then_some(cfg.strength);
             p
         });
         write_generation_png(&path, &to_png_image(&image)?, params.as_ref())?;

@@ -440,8 +440,9 @@ impl Gallocr {
     }
 
     /// Bytes the compute buffer would need for `graph`, without allocating it. Tensors that
-    /// already have memory are not counted. This drops the allocator's own buffer when it
-    /// would have to grow, so measure with an allocator kept for measuring.
+    /// already have memory are not counted. The allocator is left marked as reserved for
+    /// `graph` without memory (its own buffer is dropped when it would have to grow): measure
+    /// with a throwaway allocator or one kept for measuring, never one that allocates.
     pub fn measure<G: ComputeGraph>(&mut self, graph: &G) -> usize {
         let mut size = 0usize;
         // SAFETY: live allocator and graph; one buffer, so `size` has room for all sizes.

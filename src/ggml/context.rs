@@ -137,6 +137,13 @@ impl<'c> Tensor<'c> {
         unsafe { sys::ggml_is_contiguous(self.raw()) }
     }
 
+    /// Whether the tensor is a view of another's memory (reshape, view, permute, transpose).
+    /// Marking a view as an output does not keep its source's memory from being reused by
+    /// ggml's graph allocator: copy it first (`cont`) when its value must survive the graph.
+    pub fn is_view(self) -> bool {
+        !self.get().view_src.is_null()
+    }
+
     /// Sets the tensor's ggml name; names longer than ggml's 63 bytes are truncated by ggml, so
     /// callers keep long names on the Rust side.
     pub fn set_name(self, name: &str) -> Self {

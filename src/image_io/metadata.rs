@@ -46,10 +46,7 @@ fn latin1(b: &[u8]) -> String {
 
 /// Reads all text chunks of a PNG file, in file order.
 pub fn read_png_text_chunks(path: &Path) -> Result<Vec<TextChunk>, ImageIoError> {
-    let bytes = std::fs::read(path).map_err(|source| ImageIoError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = super::read::read_capped(path)?;
     parse_text_chunks(&bytes, path)
 }
 

@@ -10,13 +10,15 @@
 mod metadata;
 mod params;
 mod read;
+mod resize;
 mod write;
 
 pub use metadata::{
     format_text_chunks, read_png_text_chunks, read_png_text_pairs, TextChunk, TextKind,
 };
 pub use params::{base_name, GenerationParams, JSON_KEYWORD, PARAMETERS_KEYWORD};
-pub use read::{read_png, read_png_from_bytes, MAX_PIXELS, MAX_SIDE};
+pub use read::{read_png, read_png_from_bytes, MAX_FILE_BYTES, MAX_PIXELS, MAX_SIDE};
+pub use resize::resize_bilinear;
 pub use write::{write_generation_png, write_png_atomic};
 
 use std::path::PathBuf;

@@ -9,13 +9,35 @@ pub const MAX_SIDE: u32 = 16384;
 /// Largest accepted pixel count (2^28: 1 GiB as RGBA8).
 pub const MAX_PIXELS: u64 = 1 << 28;
 
+/// Largest PNG file read (a maximal image stored uncompressed is about 1 GiB).
+pub const MAX_FILE_BYTES: u64 = (MAX_PIXELS * 4) + (64 << 20);
+
 /// Reads a PNG file; see [`read_png_from_bytes`].
 pub fn read_png(path: &Path) -> Result<Image, ImageIoError> {
-    let bytes = std::fs::read(path).map_err(|source| ImageIoError::Read {
+    let bytes = read_capped(path)?;
+    decode(&bytes, path)
+}
+
+/// Reads at most [`MAX_FILE_BYTES`] of `path`: a larger file (or an endless device such as
+/// `/dev/zero`) is an error instead of an unbounded allocation.
+pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>, ImageIoError> {
+    use std::io::Read;
+    let read_err = |source| ImageIoError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
-    decode(&bytes, path)
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(ImageIoError::Decode {
+            path: path.to_path_buf(),
+            message: format!("file is larger than {MAX_FILE_BYTES} bytes"),
+        });
+    }
+    Ok(bytes)
 }
 
 /// Decodes PNG bytes of any colour type (gray, gray+alpha, RGB, RGBA, palette, with tRNS)
@@ -30,6 +52,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Image, ImageIoError> {
         path: path.to_path_buf(),
         message,
     };
+    check_palette(bytes).map_err(err)?;
     // The limit bounds every allocation the decoder makes, independent of our own checks.
     let limits = png::Limits {
         bytes: (MAX_PIXELS as usize) * 8 + (64 << 20),
@@ -54,7 +77,11 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Image, ImageIoError> {
             max_pixels: MAX_PIXELS,
         });
     }
-    let mut buf = vec![0u8; reader.output_buffer_size()];
+    // Sized from the header (capped above); a failed allocation is an error, not an abort.
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(reader.output_buffer_size())
+        .map_err(|e| err(format!("cannot allocate the image buffer: {e}")))?;
+    buf.resize(reader.output_buffer_size(), 0u8);
     let frame = reader
         .next_frame(&mut buf)
         .map_err(|e| err(e.to_string()))?;
@@ -98,4 +125,32 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Image, ImageIoError> {
         return Err(err("decoded data is shorter than the image".into()));
     }
     Image::new(width, height, channels, data)
+}
+
+/// Validates PLTE chunks before the decoder sees them: 1..=256 entries of 3 bytes (PNG spec
+/// 11.2.3). The `png` crate (0.17) panics expanding a palette whose length is not a multiple of
+/// 3 (found by the `png` fuzz target). Chunks are walked up to the first IDAT; framing errors
+/// are left to the decoder, which reports them.
+fn check_palette(bytes: &[u8]) -> Result<(), String> {
+    if !bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        return Ok(()); // the decoder reports the bad signature
+    }
+    let mut pos = 8usize;
+    while let Some(head) = bytes.get(pos..pos.saturating_add(8)) {
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        match &head[4..8] {
+            b"PLTE" if len == 0 || !len.is_multiple_of(3) || len > 256 * 3 => {
+                return Err(format!(
+                    "PLTE chunk of {len} bytes (must be 3 to 768 bytes, a multiple of 3)"
+                ));
+            }
+            b"IDAT" | b"IEND" => break,
+            _ => {}
+        }
+        pos = match pos.checked_add(12).and_then(|p| p.checked_add(len)) {
+            Some(p) => p,
+            None => break,
+        };
+    }
+    Ok(())
 }

@@ -16,6 +16,31 @@ pub struct FloatImage {
 }
 
 impl FloatImage {
+    /// Planar floats in [0, 1] from interleaved 8-bit pixels, keeping the first `channels`.
+    pub fn from_u8_interleaved(
+        width: usize,
+        height: usize,
+        src_channels: usize,
+        channels: usize,
+        data: &[u8],
+    ) -> Self {
+        let mut out = vec![0f32; width * height * channels];
+        for ch in 0..channels {
+            for y in 0..height {
+                for x in 0..width {
+                    out[ch * width * height + y * width + x] =
+                        data[(y * width + x) * src_channels + ch] as f32 / 255.0;
+                }
+            }
+        }
+        Self {
+            width,
+            height,
+            channels,
+            data: out,
+        }
+    }
+
     /// Interleaved 8-bit pixels (RGB or RGBA), rounding as PIL's `numpy_to_pil` does.
     pub fn to_u8_interleaved(&self) -> Vec<u8> {
         let (w, h, c) = (self.width, self.height, self.channels);

@@ -31,7 +31,7 @@ use crate::tokenizers::{
 };
 use crate::weights::{Component, TensorStore};
 
-use super::{decode_latents_kl, FloatImage};
+use super::{decode_latents_kl, encode_image_kl, FloatImage};
 
 /// PixArt-Σ's VAE (SDXL) scaling factor; α uses SD's.
 pub const SIGMA_VAE_SCALE: f32 = 0.13025;
@@ -58,6 +58,8 @@ pub struct PixArtLoad<'a> {
     pub vae_scale_factor: Option<f32>,
     /// `--max-vram`, `--offload-to-cpu` and friends, for every component.
     pub memory: MemoryOptions,
+    /// Load the VAE encoder too (img2img).
+    pub need_encoder: bool,
 }
 
 pub struct PixArtPipeline {
@@ -85,6 +87,8 @@ pub struct PixArtRequest<'a> {
     pub noise_rng: &'a mut dyn Rng,
     pub sampler_rng: &'a mut dyn Rng,
     pub vae_tiling: Option<&'a TileSettings>,
+    /// img2img: the encoded init image (scaled latent, [w, h, C]) and `--strength`.
+    pub init: Option<(&'a Planar, f32)>,
 }
 
 fn missing(what: &str, flag: &str) -> Error {
@@ -209,7 +213,13 @@ impl PixArtPipeline {
         let vae_src = StoreSource::new(store, Component::Vae.prefix());
         let loader = WeightLoader::new(&vae_src, None);
         let mut vae_config = AutoencoderKlConfig::detect(&loader.root(""))?;
-        vae_config.encoder = false;
+        vae_config.encoder = opts.need_encoder && vae_config.encoder;
+        if opts.need_encoder && !vae_config.encoder {
+            return Err(Error::Unsupported(
+                "--init-img needs a VAE with an encoder, but the VAE file has only a decoder"
+                    .into(),
+            ));
+        }
         let vae = AutoencoderKl::new(&loader.root(""), vae_config)?;
         let backend = opts.backends.backend(Module::Vae)?;
         let vae_weights = loader.finish_for(&backend, "vae", &opts.memory)?;
@@ -319,7 +329,11 @@ impl PixArtPipeline {
     /// factor (what the VAE decodes), [w, h, C].
     pub fn sample(&self, req: PixArtRequest<'_>) -> Result<Planar> {
         let m = self.size_multiple();
-        if req.width % m != 0 || req.height % m != 0 || req.width == 0 || req.height == 0 {
+        if !req.width.is_multiple_of(m)
+            || !req.height.is_multiple_of(m)
+            || req.width == 0
+            || req.height == 0
+        {
             return Err(Error::Flag {
                 flag: "-W/-H".into(),
                 reason: format!(
@@ -362,11 +376,22 @@ impl PixArtPipeline {
         let scale = self.vae.scale_factor();
         let (lw, lh) = (req.width / scale, req.height / scale);
         let n = lw * lh * lat_c;
-        let sigmas = req.plan.sigmas(&self.schedule)?;
+        let mut sigmas = req.plan.sigmas(&self.schedule)?;
         let noise = req.noise_rng.randn(n);
-        let x0 = self
-            .schedule
-            .noise_scaling(sigmas[0], &noise, &vec![0.0; n])?;
+        let start = match req.init {
+            None => vec![0.0; n],
+            Some((latent, strength)) => {
+                if latent.data.len() != n {
+                    return Err(Error::Unsupported(format!(
+                        "init image latent is {}x{}x{}, expected {lw}x{lh}x{lat_c}",
+                        latent.w, latent.h, latent.c
+                    )));
+                }
+                sigmas = img2img_sigmas(&sigmas, strength);
+                latent.data.clone()
+            }
+        };
+        let x0 = self.schedule.noise_scaling(sigmas[0], &noise, &start)?;
 
         let t1 = Instant::now();
         let steps = sigmas.len().saturating_sub(1);
@@ -393,6 +418,20 @@ impl PixArtPipeline {
         );
         let z: Vec<f32> = latent.iter().map(|v| v / self.vae_scale).collect();
         Ok(Planar::new(lw, lh, lat_c, z)?)
+    }
+
+    /// Encodes an image in [0, 1] ([W, H, 3]) to the scaled latent sampling starts from
+    /// (posterior mean × scaling factor).
+    pub fn encode_image(
+        &self,
+        image: &FloatImage,
+        tiling: Option<&TileSettings>,
+    ) -> Result<Planar> {
+        let x: Vec<f32> = image.data.iter().map(|v| v * 2.0 - 1.0).collect();
+        let x = Planar::new(image.width, image.height, image.channels, x)?;
+        let mean = encode_image_kl(&self.vae_runner, &self.vae, &x, tiling)?;
+        let scaled = mean.data.iter().map(|v| v * self.vae_scale).collect();
+        Ok(Planar::new(mean.w, mean.h, mean.c, scaled)?)
     }
 
     /// Decodes a latent (already divided by the scaling factor) to an image in [0, 1].
@@ -452,5 +491,32 @@ impl crate::sampling::Denoiser for PixArtDenoiser<'_> {
         };
         self.progress.set(step);
         pred.to_denoised(&eps, x, sigma)
+    }
+}
+
+/// The tail of the schedule img2img samples along (upstream sd-cli's rule): with `strength`
+/// s over n steps, t = min(floor(s·n), n − 1) and sampling runs the last t + 1 steps; s = 1 is
+/// the whole schedule, s = 0 still runs the final step.
+pub fn img2img_sigmas(sigmas: &[f32], strength: f32) -> Vec<f32> {
+    let steps = sigmas.len().saturating_sub(1);
+    if steps == 0 {
+        return sigmas.to_vec();
+    }
+    let t_enc = ((strength.clamp(0.0, 1.0) * steps as f32) as usize).min(steps - 1);
+    sigmas[steps - t_enc - 1..].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::img2img_sigmas;
+
+    #[test]
+    fn img2img_keeps_the_schedule_tail() {
+        let s = [10.0, 5.0, 2.0, 1.0, 0.0];
+        assert_eq!(img2img_sigmas(&s, 1.0), s.to_vec());
+        assert_eq!(img2img_sigmas(&s, 0.75), s.to_vec());
+        assert_eq!(img2img_sigmas(&s, 0.5), vec![5.0, 2.0, 1.0, 0.0]);
+        assert_eq!(img2img_sigmas(&s, 0.3), vec![2.0, 1.0, 0.0]);
+        assert_eq!(img2img_sigmas(&s, 0.0), vec![1.0, 0.0]);
     }
 }

@@ -57,6 +57,11 @@ impl NamedCache {
         self.entries.contains_key(name)
     }
 
+    /// The storage type and shape of the entry `name`, if present.
+    pub fn info(&self, name: &str) -> Option<(GgmlType, Ne)> {
+        self.get(name).map(|t| (t.ty(), t.ne()))
+    }
+
     /// Total bytes held.
     pub fn bytes(&self) -> usize {
         self.entries

@@ -147,11 +147,14 @@ impl<'g> GraphCtx<'g> {
     }
 
     /// Saves `t`'s value in the runner's named cache under `name` once the graph has run.
+    ///
+    /// A view (e.g. a reshape) is copied first: the allocator would otherwise reuse its
+    /// source's memory before the value is read back.
     pub fn cache_store(&self, name: &str, t: Tensor<'g>) {
-        let t = if t.is_contiguous() {
-            t
-        } else {
+        let t = if t.is_view() || !t.is_contiguous() {
             self.ctx.cont(t)
+        } else {
+            t
         };
         if let Some(graph) = self.graph {
             graph.expand(t);
@@ -159,5 +162,25 @@ impl<'g> GraphCtx<'g> {
         self.stores
             .borrow_mut()
             .push((t.mark_output(), name.to_string()));
+    }
+
+    /// Like [`GraphCtx::cache_store`], but converts `t` to storage type `ty` first (a float
+    /// type, or a quantized type whose block size divides `t`'s rows). Returns the stored
+    /// tensor (e.g. to mark it as a cut).
+    pub fn cache_store_as(&self, name: &str, t: Tensor<'g>, ty: GgmlType) -> Tensor<'g> {
+        let t = if t.ty() != ty {
+            self.ctx.cast(t, ty)
+        } else if !t.is_contiguous() || t.is_view() {
+            self.ctx.cont(t)
+        } else {
+            t
+        };
+        self.cache_store(name, t);
+        t
+    }
+
+    /// Whether the runner's named cache holds `name` (entries stored by earlier calls).
+    pub fn cache_contains(&self, name: &str) -> bool {
+        self.cache.contains(name)
     }
 }

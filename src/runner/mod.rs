@@ -79,6 +79,8 @@ pub struct Runner {
     /// Segment count of the last plan logged at debug level (later identical plans log at
     /// trace level).
     logged_segments: Cell<usize>,
+    /// Compute-buffer bytes of the last graph (largest segment's when segmented).
+    last_compute_bytes: Cell<usize>,
 }
 
 impl Runner {
@@ -113,6 +115,7 @@ impl Runner {
             budget,
             report: RefCell::new(None),
             logged_segments: Cell::new(0),
+            last_compute_bytes: Cell::new(0),
         }
     }
 
@@ -166,8 +169,23 @@ impl Runner {
         self.cache.borrow_mut().clear_prefix(prefix);
     }
 
+    /// Compute-buffer bytes the last graph needed (for memory reports and budget tests).
+    pub fn last_compute_bytes(&self) -> usize {
+        self.last_compute_bytes.get()
+    }
+
     pub fn cache_bytes(&self) -> usize {
         self.cache.borrow().bytes()
+    }
+
+    /// Whether the named cache holds an entry `name`.
+    pub fn has_cache(&self, name: &str) -> bool {
+        self.cache.borrow().contains(name)
+    }
+
+    /// The storage type and shape (ggml order) of cache entry `name`, if present.
+    pub fn cache_info(&self, name: &str) -> Option<(GgmlType, Ne)> {
+        self.cache.borrow().info(name)
     }
 
     /// Builds a graph with `build`, runs it, and returns its outputs in order as f32.
@@ -230,14 +248,34 @@ impl Runner {
         let _executed = if self.plans() {
             let mut ends = outputs.clone();
             ends.extend(stores.iter().map(|(t, _)| *t));
-            Some(graph_cut::execute(self, &g, &graph, &ends, cache.bytes())?)
+            let done = graph_cut::execute(self, &g, &graph, &ends, cache.bytes())?;
+            if let Some(r) = self.report.borrow().as_ref() {
+                let c = r
+                    .segments
+                    .iter()
+                    .map(|s| s.compute_bytes)
+                    .max()
+                    .unwrap_or(0);
+                self.last_compute_bytes.set(c);
+            }
+            Some(done)
         } else {
             let mut galloc_slot = self.gallocr.borrow_mut();
             if galloc_slot.is_none() {
                 *galloc_slot = Some(Gallocr::new(&self.backend)?);
             }
-            let galloc = galloc_slot.as_mut().expect("allocator just created");
+            // Measure with a throwaway allocator: measuring marks an allocator as reserved
+            // without giving it memory, so the one that allocates must not be the one measured.
+            let needed = Gallocr::new(&self.backend)?.measure(&graph);
+            let mut galloc = galloc_slot.as_mut().expect("allocator just created");
+            if galloc.buffer_size() > needed.saturating_mul(2) {
+                // A much smaller graph than before (e.g. after a retry with smaller tiles):
+                // start over so the oversized buffer is released.
+                *galloc_slot = Some(Gallocr::new(&self.backend)?);
+                galloc = galloc_slot.as_mut().expect("allocator just created");
+            }
             galloc.alloc(&graph)?;
+            self.last_compute_bytes.set(galloc.buffer_size());
             for (t, name, data) in g.inputs.borrow().iter() {
                 if t.is_allocated() {
                     write_input(*t, name, data)?;

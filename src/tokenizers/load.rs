@@ -80,13 +80,35 @@ pub fn find_t5_tokenizer(
     )))
 }
 
+/// Largest tokenizer file read (real ones are a few MB; Qwen's tokenizer.json is ~11 MB).
+pub const MAX_TOKENIZER_FILE_BYTES: u64 = 256 << 20;
+
+/// Reads at most [`MAX_TOKENIZER_FILE_BYTES`] of `path`; a larger file or an endless device
+/// (`/dev/zero`) is an error, not an unbounded allocation.
+fn read_capped(path: &Path) -> Result<Vec<u8>, TokenizerError> {
+    use std::io::Read;
+    let io_err = |source| TokenizerError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io_err)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOKENIZER_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    if bytes.len() as u64 > MAX_TOKENIZER_FILE_BYTES {
+        return Err(TokenizerError::Format {
+            path: path.display().to_string(),
+            reason: format!("file is larger than {MAX_TOKENIZER_FILE_BYTES} bytes"),
+        });
+    }
+    Ok(bytes)
+}
+
 /// Loads a T5 tokenizer from a `tokenizer.json` (HF) or a `spiece.model` (SentencePiece).
 /// The format is recognised by content: JSON starts with `{`.
 pub fn load_t5_tokenizer(path: &Path) -> Result<T5Tokenizer, TokenizerError> {
-    let bytes = std::fs::read(path).map_err(|source| TokenizerError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_capped(path)?;
     let name = path.display().to_string();
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'{') {

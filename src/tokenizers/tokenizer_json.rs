@@ -124,6 +124,26 @@ pub fn from_tokenizer_json(text: &str, path: &str) -> Result<T5Tokenizer, Tokeni
         .map(|(_, id)| *id)
         .or_else(|| model.token_to_id("<pad>"))
         .unwrap_or(0);
+    // Every id the tokenizer can emit must index the vocabulary (and so the text encoder's
+    // embedding table, which has at least that many rows); a hostile file could otherwise make
+    // the encoder read past its table.
+    let vocab_len = model.len();
+    let emitted = added.iter().map(|(t, id)| (t.as_str(), *id)).chain(
+        prefix_ids
+            .iter()
+            .chain(&suffix_ids)
+            .map(|&id| ("post_processor", id)),
+    );
+    for (what, id) in emitted {
+        if id as usize >= vocab_len {
+            return Err(TokenizerError::Vocab {
+                origin: path.to_string(),
+                reason: format!(
+                    "id {id} of {what:?} is outside the vocabulary of {vocab_len} pieces"
+                ),
+            });
+        }
+    }
 
     Ok(T5Tokenizer {
         model,

@@ -384,7 +384,12 @@ impl<'a> Cursor<'a> {
                         limit: self.remaining() / elem.min_size(),
                     });
                 }
-                let mut items = Vec::with_capacity(count as usize);
+                // A value takes more memory than its encoding (up to ~32x for u8 items), so the
+                // reservation may fail on a big file: report it instead of aborting.
+                let mut items = Vec::new();
+                items.try_reserve_exact(count as usize).map_err(|e| {
+                    self.bad_value(key, format!("cannot allocate {count} array items: {e}"))
+                })?;
                 for _ in 0..count {
                     items.push(self.value(elem, key, true)?);
                 }

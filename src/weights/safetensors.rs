@@ -259,6 +259,19 @@ fn parse_entry(
             key: key.to_string(),
             reason: format!("byte size of {shape:?} x {elem} overflows"),
         })?;
+    // ggml keeps sizes in int64 and strides in size_t: an empty tensor's other dimensions must
+    // keep the byte strides in range too (e.g. shape [0, 2^62] holds no data but is not loadable).
+    let strided = shape
+        .iter()
+        .try_fold(elem, |acc, &d| acc.checked_mul(d.max(1)))
+        .filter(|&n| n <= i64::MAX as u64);
+    if strided.is_none() {
+        return Err(WeightsError::BadShape {
+            path: path.to_path_buf(),
+            key: key.to_string(),
+            reason: format!("dimensions {shape:?} exceed ggml's limits"),
+        });
+    }
     if want != end - begin {
         return Err(WeightsError::ShapeMismatch {
             path: path.to_path_buf(),

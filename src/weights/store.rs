@@ -230,6 +230,7 @@ impl TensorStore {
                     continue;
                 };
                 let torch = squeeze_outer(&t.shape, &t.name, path)?;
+                let torch = fold_conv3d(torch);
                 let reversed: Vec<u64> = torch.iter().rev().copied().collect();
                 let (ne, n_dims) = ggml_ne(&reversed, &t.name, path)?;
                 new.push(TensorInfo {
@@ -372,13 +373,14 @@ fn with_key(e: WeightsError, key: &str) -> WeightsError {
     }
 }
 
-/// PyTorch shapes with more than 4 dims are accepted when the extra outer dims are 1.
+/// PyTorch shapes with more than 4 dims are accepted when the extra outer dims are 1 (up to one
+/// extra dim may remain: see [`fold_conv3d`]).
 fn squeeze_outer<'a>(shape: &'a [u64], key: &str, path: &Path) -> Result<&'a [u64]> {
     let mut s = shape;
     while s.len() > MAX_DIMS && s[0] == 1 {
         s = &s[1..];
     }
-    if s.len() > MAX_DIMS {
+    if s.len() > MAX_DIMS + 1 {
         return Err(WeightsError::BadShape {
             path: path.to_path_buf(),
             key: key.to_string(),
@@ -389,6 +391,19 @@ fn squeeze_outer<'a>(shape: &'a [u64], key: &str, path: &Path) -> Result<&'a [u6
         });
     }
     Ok(s)
+}
+
+/// A 5-D shape left after [`squeeze_outer`] (a Conv3d weight `[O, I, T, H, W]`) folds its two
+/// outer dims into one, `[O·I, T, H, W]` (ggml `[W, H, T, I·O]`), as stable-diffusion.cpp stores
+/// them; the memory layout is unchanged. Other shapes pass through.
+fn fold_conv3d(shape: &[u64]) -> std::borrow::Cow<'_, [u64]> {
+    if shape.len() == MAX_DIMS + 1 {
+        let mut folded = vec![shape[0].saturating_mul(shape[1])];
+        folded.extend_from_slice(&shape[2..]);
+        std::borrow::Cow::Owned(folded)
+    } else {
+        std::borrow::Cow::Borrowed(shape)
+    }
 }
 
 /// Pads a ggml-order shape to 4 entries (scalars become `[1,1,1,1]` with one dim).

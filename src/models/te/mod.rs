@@ -1,3 +1,4 @@
 //! Text encoders.
 
+pub mod qwen3;
 pub mod t5;

@@ -1,0 +1,336 @@
+//! Qwen Image 2.1 diffusion transformer (diffusers `QwenImage21Transformer2DModel`).
+//!
+//! One joint stream [text…, image…] through N identical blocks with block-causal attention:
+//! text queries see earlier text only, image queries see all text and the whole image. Text
+//! tokens are modulated from t = 0 and image tokens from t, with one shared modulation
+//! (`[scale1, gate1, scale2, gate2]`, no shift) for every block. The image is a plain raster
+//! of latent pixels (one token each, channels last); positions are 3-axis rope (frame,
+//! height, width) in the interleaved-pair layout: text token j at (j, j, j), every image
+//! token at frame L_text with centred height/width. Output: the velocity of the image
+//! tokens.
+//!
+//! Because the text tokens never see the image or the timestep, their keys and values are
+//! the same at every denoising step: [`KvMode::Store`] keeps them per layer in the runner's
+//! named cache and [`KvMode::Reuse`] runs the image tokens alone against them (see
+//! [`prefix`] for the step driver with storage types and the out-of-memory fallback).
+//!
+//! Both checkpoint layouts load: diffusers names (split `img_mlp.proj` / `gate_layer`) and
+//! single-file checkpoints with a fused `img_mlp.gate_up` (strip `model.diffusion_model.`
+//! with the source prefix).
+
+mod blocks;
+mod config;
+pub mod prefix;
+
+pub use config::{
+    default_axes_dims, FfnLayout, QwenImage21Config, NORM_EPS, ROPE_THETA, TIME_FREQ_DIM,
+};
+pub use prefix::{PrefixCache, PrefixCacheError};
+
+use crate::ggml::{GgmlType, Ne, Tensor};
+use crate::nn::{self, Linear};
+use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
+
+use blocks::{Block, Group, Modulation, PrefixKv};
+
+/// Cut-group prefix of this model's graph-cut marks.
+pub const CUT_PREFIX: &str = "qwen_image_2_1";
+
+/// How a call treats the text prefix's keys and values.
+#[derive(Clone, Copy, Debug)]
+pub enum KvMode<'a> {
+    /// Compute text and image tokens; touch no cache.
+    Full,
+    /// Compute text and image tokens and keep every layer's text K (after q/k norm and rope)
+    /// and V in the runner's cache as `{key}.{layer}.k` / `.v`, [hidden, L_text, B] of type
+    /// `ty`. The image tokens of this call already attend to the stored values.
+    Store { key: &'a str, ty: GgmlType },
+    /// Compute the image tokens only, attending to the cached text K/V under `key`.
+    Reuse { key: &'a str },
+}
+
+/// One transformer call's inputs (shapes in ggml order).
+#[derive(Clone, Copy)]
+pub struct QwenImage21Inputs<'g, 'a> {
+    /// Latent [W, H, in_channels, B] in transformer space (one token per latent pixel).
+    pub latent: Tensor<'g>,
+    /// Text encoder hidden states [text_dim, L_text, B]; unused (may be `None`) with
+    /// [`KvMode::Reuse`].
+    pub text: Option<Tensor<'g>>,
+    /// σ ∈ [0, 1] per batch element (the model multiplies by 1000 internally).
+    pub timesteps: &'a [f32],
+    pub kv: KvMode<'a>,
+}
+
+/// Cache entry names of layer `layer`'s prefix K and V under `key`.
+pub fn cache_names(key: &str, layer: usize) -> (String, String) {
+    (format!("{key}.{layer}.k"), format!("{key}.{layer}.v"))
+}
+
+/// A Qwen Image 2.1 transformer: weight handles and sizes.
+#[derive(Clone, Debug)]
+pub struct QwenImage21 {
+    config: QwenImage21Config,
+    time_1: Linear,
+    time_2: Linear,
+    /// Zero-centred text RMS norm weight (effective scale `w + 1`).
+    text_norm: Param,
+    txt_in_1: Linear,
+    txt_in_2: Linear,
+    img_in: Linear,
+    modulation: Linear,
+    blocks: Vec<Block>,
+    norm_out: Linear,
+    proj_out: Linear,
+}
+
+impl QwenImage21 {
+    pub fn new(wb: &WeightBuilder<'_, '_>, config: QwenImage21Config) -> Result<Self, RunnerError> {
+        let d = config.hidden_size;
+        let te = wb.pp("time_text_embed").pp("timestep_embedder");
+        let txt = wb.pp("txt_in");
+        let blocks = (0..config.layers)
+            .map(|i| Block::new(&wb.pp("transformer_blocks").pp(i), &config))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            time_1: Linear::new(&te.pp("linear_1"), TIME_FREQ_DIM, d, false)?,
+            time_2: Linear::new(&te.pp("linear_2"), d, d, false)?,
+            text_norm: txt.pp("text_norm").get(
+                "weight",
+                [config.text_dim, 1, 1, 1],
+                Storage::F32,
+            )?,
+            txt_in_1: Linear::new(&txt.pp("in_layer"), config.text_dim, d, false)?,
+            txt_in_2: Linear::new(&txt.pp("out_layer"), d, d, false)?,
+            img_in: Linear::new(&wb.pp("img_in"), config.in_channels, d, false)?,
+            modulation: Linear::new(&wb.pp("modulation").pp(1), d, 4 * d, false)?,
+            blocks,
+            norm_out: Linear::new(&wb.pp("norm_out").pp("linear"), d, d, false)?,
+            proj_out: Linear::new(&wb.pp("proj_out"), d, config.out_channels, false)?,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &QwenImage21Config {
+        &self.config
+    }
+
+    /// The velocity [W, H, out_channels, B] for `inputs`.
+    pub fn forward<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        inputs: &QwenImage21Inputs<'g, '_>,
+    ) -> Result<Tensor<'g>, PrefixCacheError> {
+        let c = &self.config;
+        let d = c.hidden_size;
+        let [w, h, ch, b] = inputs.latent.ne();
+        if ch != c.in_channels || inputs.timesteps.len() != b {
+            return Err(PrefixCacheError::Inputs(format!(
+                "latent {:?} with {} timesteps; the model takes {} channels and one timestep \
+                 per batch element",
+                inputs.latent.ne(),
+                inputs.timesteps.len(),
+                c.in_channels
+            )));
+        }
+        let n = w * h;
+
+        // Timestep embedding for [t_0 .. t_{B-1}, 0]: columns 0..B modulate the image, column B
+        // the text.
+        let mut ts = inputs.timesteps.to_vec();
+        ts.push(0.0);
+        let freqs = nn::timestep_embedding(&ts, TIME_FREQ_DIM, true, 0.0, 1000.0, 10_000.0);
+        let tfreq = g.input_f32("qwen21.t_freq", [TIME_FREQ_DIM, b + 1, 1, 1], freqs);
+        let temb = g.silu(
+            self.time_2
+                .forward(g, g.silu(self.time_1.forward(g, tfreq))),
+        );
+        let mods = self.modulation.forward(g, temb); // [4D, B + 1]
+        let img_mod = modulation_rows(g, mods, d, 0, b);
+        let txt_mod = modulation_rows(g, mods, d, b, 1);
+
+        // Image tokens: [W, H, C, B] -> [C, W, H, B] -> [C, N, B] (raster h-major, w-minor).
+        let tokens = g.reshape(
+            g.cont(g.permute(inputs.latent, [1, 2, 0, 3])),
+            [ch, n, b, 1],
+        );
+        let mut x_img = g.cut(
+            &format!("{CUT_PREFIX}.prelude"),
+            "img",
+            self.img_in.forward(g, tokens),
+        );
+
+        // Text length: from the text input, or from the cached prefix when reusing.
+        let text_len = match (inputs.kv, inputs.text) {
+            (KvMode::Reuse { key }, _) => {
+                let (k_name, _) = cache_names(key, 0);
+                g.cache_get(&k_name)
+                    .ok_or(PrefixCacheError::Missing(k_name))?
+                    .ne()[1]
+            }
+            (_, Some(t)) => t.ne()[1],
+            (_, None) => {
+                return Err(PrefixCacheError::Inputs(
+                    "text hidden states are required unless reusing a cached prefix".into(),
+                ))
+            }
+        };
+        let half = c.head_dim / 2;
+        let (img_cos, img_sin) = image_rope(c, text_len, h, w);
+        let img_cos = g.input_f32("qwen21.img_cos", [half, n, 1, 1], img_cos);
+        let img_sin = g.input_f32("qwen21.img_sin", [half, n, 1, 1], img_sin);
+
+        let mut x_txt = None;
+        let mut txt_rope = None;
+        let mut mask = None;
+        if !matches!(inputs.kv, KvMode::Reuse { .. }) {
+            let text = inputs.text.expect("checked above");
+            let [td, l, tb, _] = text.ne();
+            if td != c.text_dim || tb != b {
+                return Err(PrefixCacheError::Inputs(format!(
+                    "text {:?}: expected [{}, L, {b}]",
+                    text.ne(),
+                    c.text_dim
+                )));
+            }
+            let w1 = g.scale_bias(g.param(self.text_norm), 1.0, 1.0);
+            let t = g.mul(g.rms_norm(text, NORM_EPS), w1);
+            let t = nn::gelu_tanh(g, self.txt_in_1.forward(g, t));
+            x_txt = Some(g.cut(
+                &format!("{CUT_PREFIX}.prelude"),
+                "txt",
+                self.txt_in_2.forward(g, t),
+            ));
+            let (cos, sin) = text_rope(c, l);
+            txt_rope = Some((
+                g.input_f32("qwen21.txt_cos", [half, l, 1, 1], cos),
+                g.input_f32("qwen21.txt_sin", [half, l, 1, 1], sin),
+            ));
+            mask = Some(g.input_f32("qwen21.causal_mask", [l, l, 1, 1], causal_mask(l)));
+        }
+
+        for (i, block) in self.blocks.iter().enumerate() {
+            let cut_group = format!("{CUT_PREFIX}.transformer_blocks.{i}");
+            let (k_name, v_name) = match inputs.kv {
+                KvMode::Store { key, .. } | KvMode::Reuse { key } => cache_names(key, i),
+                KvMode::Full => Default::default(),
+            };
+            let prefix = match (inputs.kv, x_txt, txt_rope, mask) {
+                (KvMode::Reuse { .. }, ..) => {
+                    let want: Ne = [d, text_len, b, 1];
+                    let get = |name: &str| -> Result<Tensor<'g>, PrefixCacheError> {
+                        let t = g
+                            .cache_get(name)
+                            .ok_or_else(|| PrefixCacheError::Missing(name.to_string()))?;
+                        if t.ne() != want {
+                            return Err(PrefixCacheError::Shape {
+                                name: name.to_string(),
+                                found: t.ne(),
+                                expected: want,
+                            });
+                        }
+                        Ok(blocks::to_f32(g, t))
+                    };
+                    PrefixKv::Cached {
+                        k: get(&k_name)?,
+                        v: get(&v_name)?,
+                    }
+                }
+                (kv, Some(x), Some((cos, sin)), Some(mask)) => PrefixKv::Computed {
+                    group: Group {
+                        x,
+                        modulation: txt_mod,
+                        cos,
+                        sin,
+                    },
+                    mask,
+                    store: match kv {
+                        KvMode::Store { ty, .. } => Some((k_name, v_name, ty)),
+                        _ => None,
+                    },
+                    need_text: i + 1 < self.blocks.len(),
+                    cut_group: &cut_group,
+                },
+                _ => unreachable!("text group is built for every non-reuse mode"),
+            };
+            let img = Group {
+                x: x_img,
+                modulation: img_mod,
+                cos: img_cos,
+                sin: img_sin,
+            };
+            let (t_out, i_out) = block.forward(g, img, prefix);
+            x_img = g.cut(&cut_group, "img", i_out);
+            x_txt = t_out.map(|t| g.cut(&cut_group, "txt", t));
+        }
+
+        // Final scale-only adaptive norm from temb(t), then the projection to velocity.
+        let scale = self.norm_out.forward(g, temb); // [D, B + 1]
+        let scale = g.view(scale, [d, b, 1, 1], [d * 4, d * b * 4, d * b * 4], 0);
+        let scale = g.reshape(g.scale_bias(g.cont(scale), 1.0, 1.0), [d, 1, b, 1]);
+        let y = g.mul(g.norm(x_img, NORM_EPS), scale);
+        let y = self.proj_out.forward(g, y); // [C_out, N, B]
+        let y = g.reshape(y, [c.out_channels, w, h, b]);
+        Ok(g.cont(g.permute(y, [2, 0, 1, 3])))
+    }
+}
+
+/// The four modulation rows for batch columns `first .. first + count` of `mods` [4D, ·],
+/// each [D, 1, count]: `1 + scale` and `tanh(gate)`.
+fn modulation_rows<'g>(
+    g: &'g GraphCtx<'g>,
+    mods: Tensor<'g>,
+    d: usize,
+    first: usize,
+    count: usize,
+) -> Modulation<'g> {
+    let es = 4;
+    let row = |k: usize| {
+        let v = g.view(
+            mods,
+            [d, count, 1, 1],
+            [4 * d * es, 4 * d * es * count, 4 * d * es * count],
+            (first * 4 * d + k * d) * es,
+        );
+        g.reshape(g.cont(v), [d, 1, count, 1])
+    };
+    Modulation {
+        scale1: g.scale_bias(row(0), 1.0, 1.0),
+        gate1: g.tanh(row(1)),
+        scale2: g.scale_bias(row(2), 1.0, 1.0),
+        gate2: g.tanh(row(3)),
+    }
+}
+
+/// Rope (cos, sin) for text tokens 0..l at positions (j, j, j).
+fn text_rope(c: &QwenImage21Config, l: usize) -> (Vec<f32>, Vec<f32>) {
+    let pos: Vec<Vec<f32>> = (0..l).map(|j| vec![j as f32; 3]).collect();
+    nn::rope_table(&pos, &c.axes_dims, ROPE_THETA)
+}
+
+/// Rope (cos, sin) for an h×w image after `text_len` text tokens: frame = text_len,
+/// height h' − (h − h/2), width w' − (w − w/2) (centred, negative first), raster order.
+fn image_rope(c: &QwenImage21Config, text_len: usize, h: usize, w: usize) -> (Vec<f32>, Vec<f32>) {
+    let (h0, w0) = ((h - h / 2) as f32, (w - w / 2) as f32);
+    let mut pos = Vec::with_capacity(h * w);
+    for y in 0..h {
+        for x in 0..w {
+            pos.push(vec![text_len as f32, y as f32 - h0, x as f32 - w0]);
+        }
+    }
+    nn::rope_table(&pos, &c.axes_dims, ROPE_THETA)
+}
+
+/// Additive causal mask [l keys, l queries]: query q sees keys 0..=q.
+fn causal_mask(l: usize) -> Vec<f32> {
+    (0..l * l)
+        .map(|i| {
+            let (key, query) = (i % l, i / l);
+            if key > query {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,162 @@
+//! The Qwen3 (Qwen3-VL text) decoder stack as a ggml graph, used as a hidden-state encoder.
+//!
+//! Per layer: `x += o(attn(rope(q_norm(q(rms(x)))), rope(k_norm(k(rms(x)))), v(rms(x))))`,
+//! `x += down(silu(gate(rms(x))) · up(rms(x)))`. Attention is causal with grouped KV heads
+//! (query head h reads KV head h / (heads / kv_heads)), scaled by 1/√head_dim; q/k are
+//! RMS-normalised per head before NeoX rope at positions 0..n (Qwen3-VL's interleaved mRoPE
+//! reduces to this for text, where all three position ids are equal).
+
+use crate::ggml::{RopeMode, Tensor};
+use crate::nn::{Linear, RmsNorm};
+use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
+
+use super::config::Qwen3Config;
+
+#[derive(Clone, Copy, Debug)]
+struct Layer {
+    attn_norm: RmsNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: RmsNorm,
+    k_norm: RmsNorm,
+    ffn_norm: RmsNorm,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Layer {
+    fn new(wb: &WeightBuilder<'_, '_>, c: &Qwen3Config) -> Result<Self, RunnerError> {
+        let (d, hd, ff) = (c.hidden, c.head_dim, c.intermediate);
+        let sa = wb.pp("self_attn");
+        let mlp = wb.pp("mlp");
+        Ok(Self {
+            attn_norm: RmsNorm::new(&wb.pp("input_layernorm"), d, c.eps)?,
+            q: Linear::new(&sa.pp("q_proj"), d, c.heads * hd, false)?,
+            k: Linear::new(&sa.pp("k_proj"), d, c.kv_heads * hd, false)?,
+            v: Linear::new(&sa.pp("v_proj"), d, c.kv_heads * hd, false)?,
+            o: Linear::new(&sa.pp("o_proj"), c.heads * hd, d, false)?,
+            q_norm: RmsNorm::new(&sa.pp("q_norm"), hd, c.eps)?,
+            k_norm: RmsNorm::new(&sa.pp("k_norm"), hd, c.eps)?,
+            ffn_norm: RmsNorm::new(&wb.pp("post_attention_layernorm"), d, c.eps)?,
+            gate: Linear::new(&mlp.pp("gate_proj"), d, ff, false)?,
+            up: Linear::new(&mlp.pp("up_proj"), d, ff, false)?,
+            down: Linear::new(&mlp.pp("down_proj"), ff, d, false)?,
+        })
+    }
+
+    /// x: [hidden, n]; pos: i32 [n]; mask: causal [n_kv, n_q] → [hidden, n].
+    fn forward<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        c: &Qwen3Config,
+        x: Tensor<'g>,
+        pos: Tensor<'g>,
+        mask: Tensor<'g>,
+    ) -> Tensor<'g> {
+        let n = x.ne()[1];
+        let hd = c.head_dim;
+        let h = self.attn_norm.forward(g, x);
+        // [heads·hd, n] → [hd, heads, n], per-head RMS norm, rope → [hd, n, heads]
+        let prep = |lin: &Linear, norm: &RmsNorm, heads: usize| {
+            let t = g.reshape(lin.forward(g, h), [hd, heads, n, 1]);
+            let t = g.rope(norm.forward(g, t), pos, hd, RopeMode::Neox, c.rope_theta);
+            g.permute(t, [0, 2, 1, 3])
+        };
+        let q = prep(&self.q, &self.q_norm, c.heads);
+        let k = prep(&self.k, &self.k_norm, c.kv_heads);
+        let v = g.reshape(self.v.forward(g, h), [hd, c.kv_heads, n, 1]);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let attn = if g.flash_attn() {
+            let k = g.cast(k, crate::ggml::GgmlType::F16);
+            let v = g.cast(g.permute(v, [0, 2, 1, 3]), crate::ggml::GgmlType::F16);
+            let mask = g.cast(mask, crate::ggml::GgmlType::F16);
+            // → [hd, heads, n]
+            g.flash_attn_ext(q, k, v, Some(mask), scale)
+        } else {
+            // scores [n_kv, n_q, heads]; the KV head is broadcast over its query group.
+            let probs = g.soft_max_ext(g.mul_mat(k, q), Some(mask), scale);
+            // v^T: [n_kv, hd, kv_heads]
+            let vt = g.cont(g.permute(v, [1, 2, 0, 3]));
+            // [hd, n_q, heads] → [hd, heads, n_q]
+            g.cont(g.permute(g.mul_mat(vt, probs), [0, 2, 1, 3]))
+        };
+        let attn = g.reshape(attn, [c.heads * hd, n, 1, 1]);
+        let x = g.add(x, self.o.forward(g, attn));
+
+        let h = self.ffn_norm.forward(g, x);
+        let act = g.mul(g.silu(self.gate.forward(g, h)), self.up.forward(g, h));
+        g.add(x, self.down.forward(g, act))
+    }
+}
+
+/// transformers `Qwen3VLTextModel` / `Qwen3Model` run as a text encoder.
+pub struct Qwen3TextModel {
+    config: Qwen3Config,
+    embed: Param,
+    layers: Vec<Layer>,
+    final_norm: RmsNorm,
+}
+
+impl Qwen3TextModel {
+    /// Declares the weights under plain Qwen3 names relative to `wb` (`embed_tokens.weight`,
+    /// `layers.{i}...`, `norm.weight`).
+    pub fn new(wb: &WeightBuilder<'_, '_>, config: Qwen3Config) -> Result<Self, RunnerError> {
+        let c = &config;
+        if c.layers == 0 {
+            return Err(RunnerError::MissingTensor {
+                key: wb.key("layers.0.self_attn.q_proj.weight"),
+                origin: "the Qwen3 LLM text encoder weights".into(),
+            });
+        }
+        let embed = wb
+            .pp("embed_tokens")
+            .get("weight", [c.hidden, c.vocab, 1, 1], Storage::Any)?;
+        let layers = (0..c.layers)
+            .map(|i| Layer::new(&wb.pp("layers").pp(i), c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let final_norm = RmsNorm::new(&wb.pp("norm"), c.hidden, c.eps)?;
+        Ok(Self {
+            config,
+            embed,
+            layers,
+            final_norm,
+        })
+    }
+
+    pub fn config(&self) -> &Qwen3Config {
+        &self.config
+    }
+
+    /// `token_ids`: i32 [n]. Runs the first `layers_to_run` layers (all when `None`) with causal
+    /// attention at positions 0..n and returns their output [hidden, n]; `final_norm` applies
+    /// the model's final RMS norm (Qwen Image 2.1 wants the output *before* it).
+    pub fn forward<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        token_ids: Tensor<'g>,
+        layers_to_run: Option<usize>,
+        final_norm: bool,
+    ) -> Tensor<'g> {
+        let c = &self.config;
+        let n = token_ids.ne()[0];
+        let mut x = g.get_rows(g.param(self.embed), token_ids);
+        let pos = g.input_i32("qwen3.pos", [n, 1, 1, 1], (0..n as i32).collect());
+        let mask_data: Vec<f32> = (0..n)
+            .flat_map(|q| (0..n).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let mask = g.input_f32("qwen3.causal_mask", [n, n, 1, 1], mask_data);
+        let count = layers_to_run.unwrap_or(c.layers).min(c.layers);
+        for (i, layer) in self.layers[..count].iter().enumerate() {
+            x = layer.forward(g, c, x, pos, mask);
+            x = g.cut(&format!("qwen3.layers.{i}"), "x", x);
+        }
+        if final_norm {
+            self.final_norm.forward(g, x)
+        } else {
+            x
+        }
+    }
+}
