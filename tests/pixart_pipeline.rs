@@ -13,7 +13,7 @@ use sd_cli::app::BackendPlan;
 use sd_cli::image_io::read_png;
 use sd_cli::pipeline::pixart::{PixArtLoad, PixArtPipeline, PixArtRequest};
 use sd_cli::rng::RngKind;
-use sd_cli::runner::HostTensor;
+use sd_cli::runner::{HostTensor, MemoryOptions};
 use sd_cli::sampling::{SamplerKind, SamplingPlan, ScheduleKind};
 use sd_cli::weights::{Component, TensorStore};
 
@@ -52,7 +52,7 @@ fn load(store: &TensorStore, plan: &BackendPlan) -> PixArtPipeline {
         pos_embed_base_size: None,
         interpolation_scale: None,
         vae_scale_factor: None,
-        memory_budget: None,
+        memory: MemoryOptions::default(),
         need_encoder: false,
     })
     .expect("pipeline loads")

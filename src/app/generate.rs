@@ -13,6 +13,7 @@ use crate::image_io::{
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::pixart::{self, PixArtLoad, PixArtPipeline, PixArtRequest};
 use crate::pipeline::FloatImage;
+use crate::runner::{MaxVram, MemoryOptions};
 use crate::weights::{detect_family, Component, ModelFamily, TensorStore};
 
 /// Loads every model file of the run into one store, each under its component prefix.
@@ -34,17 +35,21 @@ fn open_store(cfg: &RunConfig) -> Result<TensorStore> {
     Ok(store)
 }
 
-/// `--max-vram`: a positive number of GiB becomes an enforced budget (also on the CPU).
-fn memory_budget(cfg: &RunConfig) -> Result<Option<usize>> {
-    let raw = cfg.runtime.max_vram.trim();
-    if raw.is_empty() || raw.contains('=') {
-        return Ok(None);
-    }
-    let gib: f64 = raw.parse().map_err(|_| Error::Flag {
+/// The memory flags: `--max-vram` (> 0 a managed budget in GiB, 0 the device's free memory,
+/// < 0 free memory at start less that many GiB, or `device=GiB` items), `--offload-to-cpu`,
+/// `--disable-prefetch`, `--disable-segmented-compute`.
+fn memory_options(cfg: &RunConfig) -> Result<MemoryOptions> {
+    let max_vram = MaxVram::parse(&cfg.runtime.max_vram).map_err(|reason| Error::Flag {
         flag: "--max-vram".into(),
-        reason: format!("'{raw}' is not a number of GiB"),
+        reason,
     })?;
-    Ok((gib > 0.0).then_some((gib * (1u64 << 30) as f64) as usize))
+    Ok(MemoryOptions {
+        max_vram,
+        offload_to_cpu: cfg.runtime.offload_to_cpu,
+        prefetch: !cfg.runtime.disable_prefetch,
+        segmented: !cfg.runtime.disable_segmented_compute,
+        ..MemoryOptions::default()
+    })
 }
 
 fn explicit_model_arg(cfg: &RunConfig, key: &str) -> bool {
@@ -75,7 +80,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     // Flags first: a typo fails before any model file is read.
     let sampling = SamplingSetup::resolve(cfg)?;
     let backends = BackendPlan::resolve(cfg)?;
-    let budget = memory_budget(cfg)?;
+    let memory = memory_options(cfg)?;
     let wtype = match cfg.weight_type {
         Some(name) => Some(GgmlType::from_name(name).ok_or_else(|| Error::Flag {
             flag: "--type".into(),
@@ -100,7 +105,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
                 pos_embed_base_size: explicit_model_arg(cfg, "pixart_pos_embed_base_size").then_some(a.pixart_pos_embed_base_size as f32),
                 interpolation_scale: explicit_model_arg(cfg, "pixart_interpolation_scale").then_some(a.pixart_interpolation_scale),
                 vae_scale_factor: a.pixart_vae_scale_factor,
-                memory_budget: budget,
+                memory,
                 need_encoder: cfg.inputs.init.is_some(),
             })?
         }

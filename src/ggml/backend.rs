@@ -3,9 +3,9 @@
 use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 
-use super::context::Context;
+use super::context::{Context, Tensor};
 use super::error::GgmlError;
-use super::graph::Graph;
+use super::graph::{sealed_ptr, ComputeGraph};
 use super::sys;
 
 /// What kind of device a backend runs on.
@@ -187,9 +187,9 @@ impl Backend {
     }
 
     /// Runs a graph whose tensors are all allocated.
-    pub fn compute(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+    pub fn compute<G: ComputeGraph>(&self, graph: &G) -> Result<(), GgmlError> {
         // SAFETY: live backend and graph; all tensors were allocated by the caller.
-        let status = unsafe { sys::ggml_backend_graph_compute(self.raw(), graph.raw()) };
+        let status = unsafe { sys::ggml_backend_graph_compute(self.raw(), sealed_ptr(graph)) };
         if status == sys::GGML_STATUS_SUCCESS {
             Ok(())
         } else {
@@ -200,6 +200,120 @@ impl Backend {
                 status: text,
             })
         }
+    }
+
+    /// Whether the device copies asynchronously (host→device transfers can overlap compute).
+    pub fn supports_async(&self) -> bool {
+        if self.is_cpu() {
+            return false;
+        }
+        // SAFETY: zeroed props are a valid out-parameter; `dev` is a registry device.
+        let mut props: sys::ggml_backend_dev_props = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe { sys::ggml_backend_dev_get_props(self.dev, &mut props) };
+        props.caps.async_
+    }
+
+    /// Waits for all queued work (computes, async copies) of this backend instance.
+    pub fn synchronize(&self) {
+        // SAFETY: live backend.
+        unsafe { sys::ggml_backend_synchronize(self.raw()) }
+    }
+
+    /// Another instance on the same device (its own queue/stream), for async copies.
+    pub fn new_stream(&self) -> Result<Backend, GgmlError> {
+        // SAFETY: `dev` is a registry device; null params select defaults.
+        let raw = unsafe { sys::ggml_backend_dev_init(self.dev, std::ptr::null()) };
+        let raw = NonNull::new(raw).ok_or(GgmlError::DeviceInit(self.info.name.clone()))?;
+        Ok(Self {
+            raw,
+            dev: self.dev,
+            info: self.info.clone(),
+        })
+    }
+
+    fn buffer_type(&self) -> sys::ggml_backend_buffer_type_t {
+        // SAFETY: live backend.
+        unsafe { sys::ggml_backend_get_default_buffer_type(self.raw()) }
+    }
+
+    /// Allocates host memory for every tensor of `ctx` that has none yet: the device's
+    /// pinned host buffer type when it has one (fast, async-capable uploads), else plain RAM.
+    pub fn alloc_context_host(&self, ctx: &Context, what: &str) -> Result<Buffer, GgmlError> {
+        let bytes: usize = ctx.tensors().iter().map(|t| t.n_bytes()).sum();
+        // SAFETY: registry device; returns null when the device has no host buffer type.
+        let mut buft = unsafe { sys::ggml_backend_dev_host_buffer_type(self.dev) };
+        if buft.is_null() {
+            // SAFETY: the CPU buffer type is static.
+            buft = unsafe { sys::ggml_backend_cpu_buffer_type() };
+        }
+        // SAFETY: live context and buffer type; returns null on failure.
+        let raw = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.raw(), buft) };
+        match NonNull::new(raw) {
+            Some(raw) => Ok(Buffer { raw }),
+            None if bytes == 0 => Ok(Buffer::empty(self)?),
+            None => Err(GgmlError::OutOfMemory {
+                device: "host".to_string(),
+                what: what.to_string(),
+                bytes,
+            }),
+        }
+    }
+
+    /// Bytes one device buffer holding `tensors` takes (alignment and padding included).
+    pub fn bytes_for(&self, tensors: &[Tensor<'_>]) -> usize {
+        let buft = self.buffer_type();
+        // SAFETY: live buffer type.
+        let align = unsafe { sys::ggml_backend_buft_get_alignment(buft) }.max(1);
+        tensors
+            .iter()
+            // SAFETY: live buffer type and tensors.
+            .map(|t| unsafe { sys::ggml_backend_buft_get_alloc_size(buft, t.raw()) })
+            .map(|n| n.div_ceil(align) * align)
+            .sum()
+    }
+
+    /// One device buffer for `tensors` (none may have memory yet, none may be a view), and
+    /// binds each of them into it.
+    pub fn alloc_tensors(&self, tensors: &[Tensor<'_>], what: &str) -> Result<Buffer, GgmlError> {
+        let (buffer, offsets) = self.alloc_for(tensors, what)?;
+        for (t, off) in tensors.iter().zip(offsets) {
+            if t.has_data() || t.view_base().is_some() {
+                return Err(GgmlError::Binding(format!(
+                    "{what}: tensor '{}' already has memory",
+                    t.name()
+                )));
+            }
+            buffer.bind(*t, off)?;
+        }
+        Ok(buffer)
+    }
+
+    /// A device buffer sized for `tensors` and each one's offset in it.
+    pub(crate) fn alloc_for(
+        &self,
+        tensors: &[Tensor<'_>],
+        what: &str,
+    ) -> Result<(Buffer, Vec<usize>), GgmlError> {
+        let buft = self.buffer_type();
+        // SAFETY: live buffer type.
+        let align = unsafe { sys::ggml_backend_buft_get_alignment(buft) }.max(1);
+        let mut offsets = Vec::with_capacity(tensors.len());
+        let mut total = 0usize;
+        for t in tensors {
+            offsets.push(total);
+            // SAFETY: live buffer type and tensor.
+            let n = unsafe { sys::ggml_backend_buft_get_alloc_size(buft, t.raw()) };
+            total += n.div_ceil(align) * align;
+        }
+        // SAFETY: live buffer type; returns null on failure.
+        let raw = unsafe { sys::ggml_backend_buft_alloc_buffer(buft, total.max(align)) };
+        let raw = NonNull::new(raw).ok_or_else(|| GgmlError::OutOfMemory {
+            device: self.info.name.clone(),
+            what: what.to_string(),
+            bytes: total,
+        })?;
+        Ok((Buffer { raw }, offsets))
     }
 
     /// Opens a device by registry name, returning a clear error when it is unknown.
@@ -239,6 +353,24 @@ impl Buffer {
             })
     }
 
+    /// Binds `t` (no memory yet) at byte `offset` of this buffer.
+    pub(crate) fn bind(&self, t: Tensor<'_>, offset: usize) -> Result<(), GgmlError> {
+        // SAFETY: live buffer; `offset` was sized for `t` by `Backend::alloc_for`, and `t`
+        // has no memory yet (ggml asserts it).
+        let status = unsafe {
+            let base = sys::ggml_backend_buffer_get_base(self.raw.as_ptr()).cast::<u8>();
+            sys::ggml_backend_tensor_alloc(self.raw.as_ptr(), t.raw(), base.add(offset).cast())
+        };
+        if status == sys::GGML_STATUS_SUCCESS {
+            Ok(())
+        } else {
+            Err(GgmlError::Binding(format!(
+                "could not bind '{}' into a buffer",
+                t.name()
+            )))
+        }
+    }
+
     pub fn size(&self) -> usize {
         // SAFETY: live buffer.
         unsafe { sys::ggml_backend_buffer_get_size(self.raw.as_ptr()) }
@@ -276,28 +408,10 @@ impl Gallocr {
             })
     }
 
-    /// Bytes the compute buffer needs for `graph`, measured without allocating anything.
-    /// The allocator is left marked as reserved for `graph` without memory: use a throwaway
-    /// allocator for measuring, never one that will allocate afterwards.
-    pub fn measure(&mut self, graph: &Graph<'_>) -> usize {
-        let mut size = 0usize;
-        // SAFETY: one buffer (id 0, null id arrays select it); `size` has room for it.
-        unsafe {
-            sys::ggml_gallocr_reserve_n_size(
-                self.raw.as_ptr(),
-                graph.raw(),
-                std::ptr::null(),
-                std::ptr::null(),
-                &mut size,
-            )
-        };
-        size
-    }
-
     /// Bytes the compute buffer needs for `graph` (reserves it).
-    pub fn reserve(&mut self, graph: &Graph<'_>) -> Result<usize, GgmlError> {
+    pub fn reserve<G: ComputeGraph>(&mut self, graph: &G) -> Result<usize, GgmlError> {
         // SAFETY: live allocator and graph.
-        let ok = unsafe { sys::ggml_gallocr_reserve(self.raw.as_ptr(), graph.raw()) };
+        let ok = unsafe { sys::ggml_gallocr_reserve(self.raw.as_ptr(), sealed_ptr(graph)) };
         let size = self.buffer_size();
         if ok {
             Ok(size)
@@ -311,9 +425,9 @@ impl Gallocr {
     }
 
     /// Allocates every unallocated tensor of `graph`.
-    pub fn alloc(&mut self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+    pub fn alloc<G: ComputeGraph>(&mut self, graph: &G) -> Result<(), GgmlError> {
         // SAFETY: live allocator and graph.
-        let ok = unsafe { sys::ggml_gallocr_alloc_graph(self.raw.as_ptr(), graph.raw()) };
+        let ok = unsafe { sys::ggml_gallocr_alloc_graph(self.raw.as_ptr(), sealed_ptr(graph)) };
         if ok {
             Ok(())
         } else {
@@ -323,6 +437,25 @@ impl Gallocr {
                 bytes: self.buffer_size(),
             })
         }
+    }
+
+    /// Bytes the compute buffer would need for `graph`, without allocating it. Tensors that
+    /// already have memory are not counted. The allocator is left marked as reserved for
+    /// `graph` without memory (its own buffer is dropped when it would have to grow): measure
+    /// with a throwaway allocator or one kept for measuring, never one that allocates.
+    pub fn measure<G: ComputeGraph>(&mut self, graph: &G) -> usize {
+        let mut size = 0usize;
+        // SAFETY: live allocator and graph; one buffer, so `size` has room for all sizes.
+        unsafe {
+            sys::ggml_gallocr_reserve_n_size(
+                self.raw.as_ptr(),
+                sealed_ptr(graph),
+                std::ptr::null(),
+                std::ptr::null(),
+                &mut size,
+            )
+        };
+        size
     }
 
     pub fn buffer_size(&self) -> usize {

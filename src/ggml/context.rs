@@ -94,6 +94,15 @@ impl<'c> Tensor<'c> {
         self.raw.as_ptr()
     }
 
+    /// A handle for a tensor reached from another one (a source, a view's base). Callers
+    /// pick `'c` no longer than the life of the context that holds it.
+    pub(crate) fn from_raw(raw: NonNull<sys::ggml_tensor>) -> Self {
+        Tensor {
+            raw,
+            _ctx: PhantomData,
+        }
+    }
+
     fn get(&self) -> &sys::ggml_tensor {
         // SAFETY: the handle's lifetime keeps the owning context (and so the tensor) alive.
         unsafe { self.raw.as_ref() }

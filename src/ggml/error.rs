@@ -24,6 +24,8 @@ pub enum GgmlError {
         expected: usize,
         got: usize,
     },
+    #[error("tensor memory binding: {0}")]
+    Binding(String),
     #[error("tensor '{name}' has type {ty}, which cannot be read back as f32")]
     Unreadable { name: String, ty: String },
 }

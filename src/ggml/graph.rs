@@ -1,4 +1,4 @@
-//! Computation graphs.
+//! Computation graphs, whole or as runs of nodes (graph-cut segments).
 
 use std::ptr::NonNull;
 
@@ -27,6 +27,11 @@ impl<'c> Graph<'c> {
         self.raw.as_ptr()
     }
 
+    /// The graph's nodes in execution order.
+    pub fn nodes(&self) -> Vec<Tensor<'c>> {
+        (0..self.n_nodes()).map(|i| self.node(i)).collect()
+    }
+
     /// Adds `t` and everything it depends on to the graph.
     pub fn expand(&self, t: Tensor<'c>) {
         // SAFETY: graph and tensor belong to live contexts borrowed for 'c.
@@ -46,3 +51,66 @@ impl<'c> Graph<'c> {
             .wrap(unsafe { sys::ggml_graph_node(self.raw(), i as i32) })
     }
 }
+
+mod sealed {
+    /// Gives the raw graph to the backend and allocator (sealed: only this module's types).
+    pub trait Sealed {
+        fn graph_ptr(&self) -> *mut super::sys::ggml_cgraph;
+    }
+}
+
+pub(crate) fn sealed_ptr<G: sealed::Sealed>(g: &G) -> *mut sys::ggml_cgraph {
+    g.graph_ptr()
+}
+
+/// A graph that can be allocated and computed: a full [`Graph`] or a [`SubGraph`].
+pub trait ComputeGraph: sealed::Sealed {}
+
+impl sealed::Sealed for Graph<'_> {
+    fn graph_ptr(&self) -> *mut sys::ggml_cgraph {
+        self.raw()
+    }
+}
+impl ComputeGraph for Graph<'_> {}
+
+/// An ordered run of another graph's nodes, computed on its own (a graph-cut segment).
+/// Tensors the nodes read that are not among them must already have memory when it is
+/// allocated, or the allocator places them in the compute buffer like intermediates.
+pub struct SubGraph<'t> {
+    raw: NonNull<sys::ggml_cgraph>,
+    n_nodes: usize,
+    _ctx: Context,
+    _nodes: std::marker::PhantomData<Tensor<'t>>,
+}
+
+impl<'t> SubGraph<'t> {
+    pub fn new(nodes: &[Tensor<'t>]) -> Result<Self, super::GgmlError> {
+        let size = nodes.len().max(1);
+        let ctx = Context::new(0, size)?;
+        // SAFETY: the context reserved room for a graph of `size` nodes.
+        let raw = unsafe { sys::ggml_new_graph_custom(ctx.raw(), size, false) };
+        let raw = NonNull::new(raw).ok_or(super::GgmlError::ContextInit { bytes: size })?;
+        for t in nodes {
+            // SAFETY: `size` ≥ nodes.len(), so ggml's capacity assert holds; the nodes live
+            // for 't, which outlives this graph.
+            unsafe { sys::ggml_graph_add_node(raw.as_ptr(), t.raw()) };
+        }
+        Ok(Self {
+            raw,
+            n_nodes: nodes.len(),
+            _ctx: ctx,
+            _nodes: std::marker::PhantomData,
+        })
+    }
+
+    pub fn n_nodes(&self) -> usize {
+        self.n_nodes
+    }
+}
+
+impl sealed::Sealed for SubGraph<'_> {
+    fn graph_ptr(&self) -> *mut sys::ggml_cgraph {
+        self.raw.as_ptr()
+    }
+}
+impl ComputeGraph for SubGraph<'_> {}

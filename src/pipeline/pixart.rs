@@ -21,7 +21,7 @@ use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::tiling::{Planar, TileSettings};
 use crate::progress::Progress;
 use crate::rng::Rng;
-use crate::runner::{HostTensor, RunOptions, Runner, StoreSource, WeightLoader};
+use crate::runner::{HostTensor, MemoryOptions, RunOptions, Runner, StoreSource, WeightLoader};
 use crate::sampling::{
     guidance, DiscreteSigmas, ModelSchedule, Prediction, SamplerKind, SamplingError, SamplingPlan,
     ScheduleKind,
@@ -56,7 +56,8 @@ pub struct PixArtLoad<'a> {
     pub pos_embed_base_size: Option<f32>,
     pub interpolation_scale: Option<f32>,
     pub vae_scale_factor: Option<f32>,
-    pub memory_budget: Option<usize>,
+    /// `--max-vram`, `--offload-to-cpu` and friends, for every component.
+    pub memory: MemoryOptions,
     /// Load the VAE encoder too (img2img).
     pub need_encoder: bool,
 }
@@ -146,9 +147,9 @@ fn load_tokenizer(
 impl PixArtPipeline {
     pub fn load(opts: &PixArtLoad<'_>) -> Result<Self> {
         let store = opts.store;
-        let run_opts = |budget| RunOptions {
+        let run_opts = || RunOptions {
             flash_attn: opts.flash_attn,
-            memory_budget: budget,
+            memory: opts.memory.clone(),
             ..RunOptions::default()
         };
 
@@ -170,14 +171,9 @@ impl PixArtPipeline {
         let dit = PixArt::new(&loader.root(""), config)?;
         let mut bar = Progress::new("loading model", 3);
         let backend = opts.backends.backend(Module::Diffusion)?;
-        let dit_weights = loader.finish(&backend, "pixart")?;
+        let dit_weights = loader.finish_for(&backend, "pixart", &opts.memory)?;
         bar.tick();
-        let dit_runner = Runner::new(
-            "pixart",
-            backend,
-            Some(dit_weights),
-            run_opts(opts.memory_budget),
-        );
+        let dit_runner = Runner::new("pixart", backend, Some(dit_weights), run_opts());
 
         // Position-embedding grid: model-args > diffusers config.json > upstream defaults.
         let sample_size = store
@@ -205,9 +201,9 @@ impl PixArtPipeline {
         let t5_config = T5Config::detect(&loader.root(""))?;
         let t5 = T5Encoder::new(&loader.root(""), t5_config)?;
         let backend = opts.backends.backend(Module::TextEncoder)?;
-        let t5_weights = loader.finish(&backend, "t5")?;
+        let t5_weights = loader.finish_for(&backend, "t5", &opts.memory)?;
         bar.tick();
-        let t5_runner = Runner::new("t5", backend, Some(t5_weights), run_opts(None));
+        let t5_runner = Runner::new("t5", backend, Some(t5_weights), run_opts());
         let tokenizer = load_tokenizer(store, opts.t5_path, opts.tokenizer_path)?;
 
         // VAE (its convolutions keep the file's float type; `--type` does not apply).
@@ -226,14 +222,9 @@ impl PixArtPipeline {
         }
         let vae = AutoencoderKl::new(&loader.root(""), vae_config)?;
         let backend = opts.backends.backend(Module::Vae)?;
-        let vae_weights = loader.finish(&backend, "vae")?;
+        let vae_weights = loader.finish_for(&backend, "vae", &opts.memory)?;
         bar.tick();
-        let vae_runner = Runner::new(
-            "vae",
-            backend,
-            Some(vae_weights),
-            run_opts(opts.memory_budget),
-        );
+        let vae_runner = Runner::new("vae", backend, Some(vae_weights), run_opts());
 
         // α-1024-MS carries micro-condition embedders and SD's VAE (upstream rule); α-512 needs
         // the explicit override.

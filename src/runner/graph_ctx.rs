@@ -5,7 +5,7 @@ use std::ops::Deref;
 
 use super::cache::NamedCache;
 use super::weights::{ModelWeights, Param};
-use crate::ggml::{Context, GgmlType, Ne, Tensor};
+use crate::ggml::{Context, GgmlType, Graph, Ne, Tensor};
 
 pub(crate) enum InputData {
     F32(Vec<f32>),
@@ -34,6 +34,10 @@ pub struct GraphCtx<'g> {
     pub(crate) cuts: RefCell<Vec<(Tensor<'g>, CutMark)>>,
     pub(crate) stores: RefCell<Vec<(Tensor<'g>, String)>>,
     flash_attn: bool,
+    /// The graph being built, when the runner made it first: cache stores are scheduled
+    /// into it as they are registered, so they run (and free their sources) in their own
+    /// block's segment instead of at the graph's end.
+    graph: Option<&'g Graph<'g>>,
 }
 
 impl<'g> Deref for GraphCtx<'g> {
@@ -58,7 +62,14 @@ impl<'g> GraphCtx<'g> {
             cuts: RefCell::new(Vec::new()),
             stores: RefCell::new(Vec::new()),
             flash_attn,
+            graph: None,
         }
+    }
+
+    /// Schedules cache stores into `graph` as they are registered.
+    pub(crate) fn with_graph(mut self, graph: &'g Graph<'g>) -> Self {
+        self.graph = Some(graph);
+        self
     }
 
     /// The graph context with its full lifetime (for ops whose result must outlive a reborrow).
@@ -140,7 +151,14 @@ impl<'g> GraphCtx<'g> {
     /// A view (e.g. a reshape) is copied first: the allocator would otherwise reuse its
     /// source's memory before the value is read back.
     pub fn cache_store(&self, name: &str, t: Tensor<'g>) {
-        let t = if t.is_view() { self.ctx.cont(t) } else { t };
+        let t = if t.is_view() || !t.is_contiguous() {
+            self.ctx.cont(t)
+        } else {
+            t
+        };
+        if let Some(graph) = self.graph {
+            graph.expand(t);
+        }
         self.stores
             .borrow_mut()
             .push((t.mark_output(), name.to_string()));

@@ -7,17 +7,19 @@
 mod cache;
 mod error;
 mod graph_ctx;
+pub mod graph_cut;
 mod host;
 mod source;
 mod weights;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
 
 pub use cache::NamedCache;
 pub use error::RunnerError;
 pub use graph_ctx::{CutMark, GraphCtx};
+pub use graph_cut::{MaxVram, MemoryOptions, RunReport, SegmentReport};
 pub use host::HostTensor;
 pub use source::{MemorySource, SourceTensor, StoreSource, WeightSource};
 pub use weights::{convert_f32, ModelWeights, Param, Storage, WeightBuilder, WeightLoader};
@@ -35,9 +37,12 @@ pub struct RunOptions {
     pub flash_attn: bool,
     pub graph_size: usize,
     /// A device-memory budget in bytes this runner must stay within (weights + cache +
-    /// compute buffer). Exceeding it fails like a device out-of-memory, which lets the CPU
-    /// backend exercise the same fallbacks a GPU would (`--max-vram`, tests).
+    /// compute buffer), overriding `memory.max_vram`. Graphs that do not fit run segment by
+    /// segment at their cut marks; when even that does not fit, compute fails like a device
+    /// out-of-memory, which lets the CPU backend exercise the same paths a GPU would.
     pub memory_budget: Option<usize>,
+    /// Budget source, weight offload, prefetch and segmentation switches.
+    pub memory: MemoryOptions,
 }
 
 impl Default for RunOptions {
@@ -46,6 +51,7 @@ impl Default for RunOptions {
             flash_attn: false,
             graph_size: DEFAULT_GRAPH_SIZE,
             memory_budget: None,
+            memory: MemoryOptions::default(),
         }
     }
 }
@@ -56,9 +62,25 @@ pub struct Runner {
     backend: Rc<Backend>,
     weights: Option<ModelWeights>,
     options: RunOptions,
+    /// Compute buffer of monolithic runs.
     gallocr: RefCell<Option<Gallocr>>,
+    /// Compute buffer shared by the segments of segmented runs.
+    seg_gallocr: RefCell<Option<Gallocr>>,
+    /// Sizes graphs without allocating (holds no buffer).
+    measure: RefCell<Option<Gallocr>>,
     cache: RefCell<NamedCache>,
-    last_compute_bytes: std::cell::Cell<usize>,
+    /// Device copies of offloaded weights.
+    residency: RefCell<graph_cut::Residency>,
+    /// Second queue on the device for async weight uploads (Some(None): none available).
+    stream: RefCell<Option<Option<Backend>>>,
+    /// The managed budget in bytes, resolved at creation.
+    budget: Option<usize>,
+    report: RefCell<Option<RunReport>>,
+    /// Segment count of the last plan logged at debug level (later identical plans log at
+    /// trace level).
+    logged_segments: Cell<usize>,
+    /// Compute-buffer bytes of the last graph (largest segment's when segmented).
+    last_compute_bytes: Cell<usize>,
 }
 
 impl Runner {
@@ -68,15 +90,62 @@ impl Runner {
         weights: Option<ModelWeights>,
         options: RunOptions,
     ) -> Self {
+        let budget =
+            options
+                .memory_budget
+                .or(match options.memory.max_vram.for_device(backend.name()) {
+                    MaxVram::Budget(b) => Some(b),
+                    MaxVram::FreeMinus(spare) => Some(backend.memory().0.saturating_sub(spare)),
+                    MaxVram::DeviceFree | MaxVram::PerDevice(_) => None,
+                });
+        if let Some(b) = budget {
+            log::debug!("{name}: device budget {:.1} MiB", graph_cut::mib(b));
+        }
         Self {
             name: name.to_string(),
             backend,
             weights,
             options,
             gallocr: RefCell::new(None),
+            seg_gallocr: RefCell::new(None),
+            measure: RefCell::new(None),
             cache: RefCell::new(NamedCache::default()),
-            last_compute_bytes: std::cell::Cell::new(0),
+            residency: RefCell::new(graph_cut::Residency::default()),
+            stream: RefCell::new(None),
+            budget,
+            report: RefCell::new(None),
+            logged_segments: Cell::new(0),
+            last_compute_bytes: Cell::new(0),
         }
+    }
+
+    /// What the last call did: monolithic or segmented, per-segment bytes, peak memory.
+    /// Only calls that planned against a budget (a budget, a GPU, offloaded weights) report.
+    pub fn last_report(&self) -> Option<RunReport> {
+        self.report.borrow().clone()
+    }
+
+    /// Frees the device copies of offloaded weights (they are re-uploaded on demand).
+    pub fn release_weights(&self) {
+        if let Some(w) = &self.weights {
+            self.residency.borrow_mut().clear(w);
+        }
+    }
+
+    /// Device bytes held by copies of offloaded weights.
+    pub fn resident_weight_bytes(&self) -> usize {
+        self.residency.borrow().bytes()
+    }
+
+    /// Whether calls plan against a device budget (else they always run monolithically).
+    fn plans(&self) -> bool {
+        self.budget.is_some()
+            || !self.backend.is_cpu()
+            || self.options.memory.force_segmented
+            || self
+                .weights
+                .as_ref()
+                .is_some_and(ModelWeights::is_offloaded)
     }
 
     pub fn name(&self) -> &str {
@@ -151,9 +220,10 @@ impl Runner {
     {
         let size = self.options.graph_size;
         let cache = self.cache.borrow();
-        let g = GraphCtx::new(ctx, self.weights.as_ref(), &cache, self.options.flash_attn);
-        let outputs = build(&g);
         let graph = Graph::new(ctx, size);
+        let g = GraphCtx::new(ctx, self.weights.as_ref(), &cache, self.options.flash_attn)
+            .with_graph(&graph);
+        let outputs = build(&g);
         // Outputs are made contiguous f32 so they read back in one copy.
         let outputs: Vec<Tensor<'_>> = outputs
             .into_iter()
@@ -181,67 +251,45 @@ impl Runner {
             graph.expand(*t);
         }
 
-        let mut galloc_slot = self.gallocr.borrow_mut();
-        if galloc_slot.is_none() {
-            *galloc_slot = Some(Gallocr::new(&self.backend)?);
-        }
-        // Measure with a throwaway allocator: measuring marks an allocator as reserved
-        // without giving it memory, so the one that allocates must not be the one measured.
-        let needed = Gallocr::new(&self.backend)?.measure(&graph);
-        let mut galloc = galloc_slot.as_mut().expect("allocator just created");
-        if galloc.buffer_size() > needed.saturating_mul(2) {
-            // A much smaller graph than before (e.g. after a retry with smaller tiles): start
-            // over so the oversized buffer is released.
-            *galloc_slot = Some(Gallocr::new(&self.backend)?);
-            galloc = galloc_slot.as_mut().expect("allocator just created");
-        }
-        if let Some(budget) = self.options.memory_budget {
-            let compute = needed;
-            let resident = self.weights.as_ref().map_or(0, ModelWeights::bytes) + cache.bytes();
-            if resident + compute > budget {
-                return Err(RunnerError::Ggml(crate::ggml::GgmlError::OutOfMemory {
-                    device: format!(
-                        "{} (budget {:.1} MiB)",
-                        self.backend.name(),
-                        budget as f64 / 1048576.0
-                    ),
-                    what: format!("{} compute buffer", self.name),
-                    bytes: compute,
-                }));
+        let _executed = if self.plans() {
+            let mut ends = outputs.clone();
+            ends.extend(stores.iter().map(|(t, _)| *t));
+            let done = graph_cut::execute(self, &g, &graph, &ends, cache.bytes())?;
+            if let Some(r) = self.report.borrow().as_ref() {
+                let c = r
+                    .segments
+                    .iter()
+                    .map(|s| s.compute_bytes)
+                    .max()
+                    .unwrap_or(0);
+                self.last_compute_bytes.set(c);
             }
-        }
-        galloc.alloc(&graph)?;
-        self.last_compute_bytes.set(galloc.buffer_size());
-        for (t, name, data) in g.inputs.borrow().iter() {
-            if !t.is_allocated() {
-                // Declared but not reachable from any output: nothing to fill.
-                continue;
+            Some(done)
+        } else {
+            let mut galloc_slot = self.gallocr.borrow_mut();
+            if galloc_slot.is_none() {
+                *galloc_slot = Some(Gallocr::new(&self.backend)?);
             }
-            let n = t.n_elements();
-            let got = match data {
-                InputData::F32(v) | InputData::F16(v) => v.len(),
-                InputData::I32(v) => v.len(),
-            };
-            if got != n {
-                return Err(RunnerError::InputSize {
-                    name: name.clone(),
-                    ne: t.ne(),
-                    got,
-                });
+            // Measure with a throwaway allocator: measuring marks an allocator as reserved
+            // without giving it memory, so the one that allocates must not be the one measured.
+            let needed = Gallocr::new(&self.backend)?.measure(&graph);
+            let mut galloc = galloc_slot.as_mut().expect("allocator just created");
+            if galloc.buffer_size() > needed.saturating_mul(2) {
+                // A much smaller graph than before (e.g. after a retry with smaller tiles):
+                // start over so the oversized buffer is released.
+                *galloc_slot = Some(Gallocr::new(&self.backend)?);
+                galloc = galloc_slot.as_mut().expect("allocator just created");
             }
-            match data {
-                InputData::F32(v) => t.write_f32(v)?,
-                InputData::I32(v) => t.write_i32(v)?,
-                InputData::F16(v) => {
-                    let bytes: Vec<u8> = v
-                        .iter()
-                        .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                        .collect();
-                    t.write_bytes(&bytes)?
+            galloc.alloc(&graph)?;
+            self.last_compute_bytes.set(galloc.buffer_size());
+            for (t, name, data) in g.inputs.borrow().iter() {
+                if t.is_allocated() {
+                    write_input(*t, name, data)?;
                 }
             }
-        }
-        self.backend.compute(&graph)?;
+            self.backend.compute(&graph)?;
+            None
+        };
 
         let mut results = Vec::with_capacity(outputs.len());
         for t in &outputs {
@@ -254,12 +302,35 @@ impl Runner {
             .iter()
             .map(|(t, name)| Ok((t.ty(), t.ne(), t.read_bytes()?, name.clone())))
             .collect::<Result<Vec<_>, crate::ggml::GgmlError>>()?;
-        log::trace!(
-            "{}: graph of {} nodes, compute buffer {:.1} MiB",
-            self.name,
-            graph.n_nodes(),
-            galloc.buffer_size() as f64 / (1024.0 * 1024.0)
-        );
+        log::trace!("{}: graph of {} nodes", self.name, graph.n_nodes());
         Ok((results, pending))
     }
+}
+
+/// Checks an input's length against its tensor and copies it in.
+pub(crate) fn write_input(t: Tensor<'_>, name: &str, data: &InputData) -> Result<(), RunnerError> {
+    let n = t.n_elements();
+    let got = match data {
+        InputData::F32(v) | InputData::F16(v) => v.len(),
+        InputData::I32(v) => v.len(),
+    };
+    if got != n {
+        return Err(RunnerError::InputSize {
+            name: name.to_string(),
+            ne: t.ne(),
+            got,
+        });
+    }
+    match data {
+        InputData::F32(v) => t.write_f32(v)?,
+        InputData::I32(v) => t.write_i32(v)?,
+        InputData::F16(v) => {
+            let bytes: Vec<u8> = v
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect();
+            t.write_bytes(&bytes)?
+        }
+    }
+    Ok(())
 }

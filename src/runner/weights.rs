@@ -7,6 +7,7 @@
 //! tensors by [`Param`] index while building graphs.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt::Display;
 use std::time::Instant;
 
@@ -62,6 +63,36 @@ impl<'s> WeightLoader<'s> {
 
     /// Allocates the declared weights on `backend` and copies their data in.
     pub fn finish(self, backend: &Backend, what: &str) -> Result<ModelWeights, RunnerError> {
+        self.finish_placed(backend, what, false)
+    }
+
+    /// Like [`WeightLoader::finish`], but the weights live in host memory (pinned when the
+    /// device offers it) and the runner copies them to `backend` segment by segment as
+    /// graphs need them (`--offload-to-cpu`).
+    pub fn finish_offloaded(
+        self,
+        backend: &Backend,
+        what: &str,
+    ) -> Result<ModelWeights, RunnerError> {
+        self.finish_placed(backend, what, true)
+    }
+
+    /// [`WeightLoader::finish`] or [`WeightLoader::finish_offloaded`] as `memory` says.
+    pub fn finish_for(
+        self,
+        backend: &Backend,
+        what: &str,
+        memory: &super::MemoryOptions,
+    ) -> Result<ModelWeights, RunnerError> {
+        self.finish_placed(backend, what, memory.offload_to_cpu)
+    }
+
+    fn finish_placed(
+        self,
+        backend: &Backend,
+        what: &str,
+        offload: bool,
+    ) -> Result<ModelWeights, RunnerError> {
         let start = Instant::now();
         let decls = self.decls.into_inner();
         let mut arena = Arena::new(decls.len().max(1))?;
@@ -70,7 +101,11 @@ impl<'s> WeightLoader<'s> {
                 .add(d.ty, d.ne, &d.name)
                 .ok_or_else(|| RunnerError::Internal("weight arena full".into()))?;
         }
-        let buffer = backend.alloc_context(arena.context(), what)?;
+        let buffer = if offload {
+            backend.alloc_context_host(arena.context(), what)?
+        } else {
+            backend.alloc_context(arena.context(), what)?
+        };
         let mut bytes_total = 0usize;
         for (i, d) in decls.iter().enumerate() {
             let t = arena.get(i);
@@ -78,17 +113,21 @@ impl<'s> WeightLoader<'s> {
             bytes_total += bytes;
         }
         log::debug!(
-            "{what}: loaded {} tensors, {:.1} MiB on {} in {:.2}s",
+            "{what}: loaded {} tensors, {:.1} MiB {} {} in {:.2}s",
             decls.len(),
             bytes_total as f64 / (1024.0 * 1024.0),
+            if offload { "in host memory for" } else { "on" },
             backend.name(),
             start.elapsed().as_secs_f64()
         );
+        let index = (0..arena.len()).map(|i| (arena.get(i).id(), i)).collect();
         Ok(ModelWeights {
             arena,
             _buffer: buffer,
             names: decls.into_iter().map(|d| d.name).collect(),
             bytes: bytes_total,
+            offloaded: offload,
+            index,
         })
     }
 
@@ -256,12 +295,17 @@ impl<'l, 's> WeightBuilder<'l, 's> {
     }
 }
 
-/// A model's weights, resident in one backend buffer.
+/// A model's weights, in one backend buffer (or one host buffer when offloaded).
 pub struct ModelWeights {
+    // Declared before the buffer: the arena releases device replicas (re-binding its
+    // tensors to host memory) before the host buffer goes.
     arena: Arena,
     _buffer: Buffer,
     names: Vec<String>,
     bytes: usize,
+    offloaded: bool,
+    /// Tensor identity → parameter index, for the graph-cut planner.
+    index: HashMap<usize, usize>,
 }
 
 impl ModelWeights {
@@ -274,9 +318,32 @@ impl ModelWeights {
         &self.names[p.0]
     }
 
-    /// Total bytes of weight data on the device.
+    /// Total bytes of weight data (on the device, or in host memory when offloaded).
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Whether the weights live in host memory and are copied to the device on demand.
+    pub fn is_offloaded(&self) -> bool {
+        self.offloaded
+    }
+
+    /// Bytes the weights occupy on the device for good (0 when offloaded).
+    pub fn device_bytes(&self) -> usize {
+        if self.offloaded {
+            0
+        } else {
+            self.bytes
+        }
+    }
+
+    /// The parameter index of a tensor of this set, by identity.
+    pub(crate) fn index_of(&self, id: usize) -> Option<usize> {
+        self.index.get(&id).copied()
+    }
+
+    pub(crate) fn arena(&self) -> &Arena {
+        &self.arena
     }
 
     pub fn len(&self) -> usize {
