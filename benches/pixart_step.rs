@@ -18,20 +18,35 @@ use sd_cli::weights::TensorStore;
 
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(str::to_string)
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<f64>().ok())
+        })
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Child mode: load with `ty`, run one warm-up and one timed step, print the figures.
 fn run_variant(dir: &Path, ty: &str, threads: usize) {
-    let wtype = if ty == "f32" { None } else { GgmlType::from_name(ty) };
+    let wtype = if ty == "f32" {
+        None
+    } else {
+        GgmlType::from_name(ty)
+    };
     let store = TensorStore::open(dir).expect("weights");
     let backend = Rc::new(Backend::cpu(threads).expect("cpu"));
     let (model, weights) = {
@@ -44,8 +59,12 @@ fn run_variant(dir: &Path, ty: &str, threads: usize) {
     let weight_mb = weights.bytes() as f64 / 1048576.0;
     drop(store); // the mmap: only the runner's copy stays
     let runner = Runner::new("pixart", backend, Some(weights), RunOptions::default());
-    let x: Vec<f32> = (0..64 * 64 * 4 * 2).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
-    let ctx: Vec<f32> = (0..4096 * 300 * 2).map(|i| ((i * 104729 % 1000) as f32 / 5000.0) - 0.1).collect();
+    let x: Vec<f32> = (0..64 * 64 * 4 * 2)
+        .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
+        .collect();
+    let ctx: Vec<f32> = (0..4096 * 300 * 2)
+        .map(|i| ((i * 104729 % 1000) as f32 / 5000.0) - 0.1)
+        .collect();
     let mut best = f64::INFINITY;
     for _ in 0..2 {
         let t0 = Instant::now();
@@ -64,7 +83,10 @@ fn run_variant(dir: &Path, ty: &str, threads: usize) {
         assert_eq!(out[0].ne, [64, 64, 8, 2]);
         best = best.min(t0.elapsed().as_secs_f64());
     }
-    println!("ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0}", peak_rss_mb());
+    println!(
+        "ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0}",
+        peak_rss_mb()
+    );
 }
 
 fn field(text: &str, key: &str) -> Option<f64> {
