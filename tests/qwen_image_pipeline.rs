@@ -288,3 +288,57 @@ fn bad_prefix_cache_type_is_rejected() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("q8_1"), "{err}");
 }
+
+fn one_step(pipe: &QwenImage21Pipeline) -> Vec<f32> {
+    let mut plan = sample_plan();
+    plan.steps = 2;
+    let mut noise = RngKind::Cpu.create(7);
+    let mut srng = RngKind::Cpu.create(7);
+    pipe.sample(QwenImage21Request {
+        prompt: PROMPT,
+        negative_prompt: "",
+        width: 64,
+        height: 32,
+        cfg_scale: 1.0,
+        plan: &plan,
+        noise_rng: noise.as_mut(),
+        sampler_rng: srng.as_mut(),
+        vae_tiling: None,
+        keep_prefix_cache: false,
+    })
+    .unwrap()
+    .data
+}
+
+/// A store whose transformer sits one `model.diffusion_model.` deeper than the component
+/// prefix (a hand-built store of single-file names) loads the same; also the conditional-only
+/// path (cfg 1) with the prefix cache on vs off.
+#[test]
+fn single_file_diffusion_prefix_loads_the_same() {
+    let d = dir();
+    let backends = BackendPlan::cpu(2);
+    let plain = store();
+    let want = one_step(&load(&plain, &backends, true));
+
+    let mut nested = TensorStore::new();
+    let deep = format!("{}model.diffusion_model.", Component::Diffusion.prefix());
+    nested
+        .add_file(&d.join("diffusion_model.safetensors"), &deep)
+        .unwrap();
+    nested
+        .add_file(&d.join("llm.safetensors"), Component::Llm.prefix())
+        .unwrap();
+    nested
+        .add_file(&d.join("vae.safetensors"), Component::Vae.prefix())
+        .unwrap();
+    let got = one_step(&load(&nested, &backends, false));
+    assert_eq!(got.len(), 4 * 2 * 64);
+    let err = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        err <= 1e-5,
+        "nested prefix / cache off vs plain / cache on: {err}"
+    );
+}

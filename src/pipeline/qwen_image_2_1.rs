@@ -183,7 +183,8 @@ impl QwenImage21Pipeline {
         };
         let mut bar = Progress::new("loading model", 3);
 
-        // Diffusion transformer (single-file checkpoints carry `model.diffusion_model.`).
+        // Diffusion transformer (also when a store holds single-file names one
+        // `model.diffusion_model.` deeper than the component prefix).
         let dit_prefix = {
             let p = Component::Diffusion.prefix();
             let nested = format!("{p}model.diffusion_model.");
