@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{BackendPlan, SamplingSetup};
+use crate::cli::PrefixCacheType;
 use crate::cli::{align_size_up, RunConfig};
 use crate::error::{Error, Result};
 use crate::ggml::GgmlType;
@@ -12,18 +13,23 @@ use crate::image_io::{
 };
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::pixart::{self, PixArtLoad, PixArtPipeline, PixArtRequest};
+use crate::pipeline::qwen_image_2_1::{
+    self, prefix_cache_type, QwenImage21Load, QwenImage21Pipeline, QwenImage21Request,
+};
 use crate::pipeline::FloatImage;
 use crate::runner::{MaxVram, MemoryOptions};
+use crate::sampling::SamplingPlan;
 use crate::weights::{detect_family, Component, ModelFamily, TensorStore};
 
 /// Loads every model file of the run into one store, each under its component prefix.
 fn open_store(cfg: &RunConfig) -> Result<TensorStore> {
     let m = &cfg.models;
     let mut store = TensorStore::new();
-    let parts: [(&Option<std::path::PathBuf>, &str); 4] = [
+    let parts: [(&Option<std::path::PathBuf>, &str); 5] = [
         (&m.model, ""),
         (&m.diffusion_model, Component::Diffusion.prefix()),
         (&m.t5xxl, Component::T5.prefix()),
+        (&m.llm, Component::Llm.prefix()),
         (&m.vae, Component::Vae.prefix()),
     ];
     for (path, prefix) in parts {
@@ -88,38 +94,202 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         })?),
         None => None,
     };
+    let ctx = Ctx {
+        cfg,
+        sampling: &sampling,
+        backends: &backends,
+        memory,
+        wtype,
+        flash_attn: cfg.runtime.flash_attn || cfg.runtime.diffusion_flash_attn,
+    };
 
     let t_load = Instant::now();
     let store = open_store(cfg)?;
-    let family = detect_family(&store);
-    let pipe = match family {
-        ModelFamily::PixArt(_) => {
-            let a = &cfg.model_args;
-            PixArtPipeline::load(&PixArtLoad {
-                store: &store,
-                t5_path: cfg.models.t5xxl.as_deref().or(cfg.models.model.as_deref()),
-                tokenizer_path: cfg.models.t5xxl_tokenizer.as_deref(),
-                wtype,
-                flash_attn: cfg.runtime.flash_attn || cfg.runtime.diffusion_flash_attn,
-                backends: &backends,
-                pos_embed_base_size: explicit_model_arg(cfg, "pixart_pos_embed_base_size").then_some(a.pixart_pos_embed_base_size as f32),
-                interpolation_scale: explicit_model_arg(cfg, "pixart_interpolation_scale").then_some(a.pixart_interpolation_scale),
-                vae_scale_factor: a.pixart_vae_scale_factor,
-                memory,
-                need_encoder: cfg.inputs.init.is_some(),
-            })?
+    match detect_family(&store) {
+        ModelFamily::PixArt(_) => run_pixart(&ctx, &store, t_load),
+        ModelFamily::QwenImage21 => run_qwen_image_2_1(&ctx, &store, t_load),
+        ModelFamily::Unknown => Err(Error::Unsupported(
+            "could not recognise the diffusion model from its tensor names; supported families: \
+             PixArt-α/Σ, Qwen Image 2.1"
+                .into(),
+        )),
+        other => Err(Error::Unsupported(format!(
+            "model family {other:?} was recognised, but its pipeline is not implemented in this build yet"
+        ))),
+    }
+}
+
+/// What every family's run needs besides the model files.
+struct Ctx<'a> {
+    cfg: &'a RunConfig,
+    sampling: &'a SamplingSetup,
+    backends: &'a BackendPlan,
+    memory: MemoryOptions,
+    wtype: Option<GgmlType>,
+    flash_attn: bool,
+}
+
+/// One finished image of a batch and how it was made.
+struct Output<'a> {
+    index: u32,
+    seed: i64,
+    width: u32,
+    height: u32,
+    plan: &'a SamplingPlan,
+    text_encoders: Vec<String>,
+    strength: Option<f32>,
+}
+
+fn write_output(ctx: &Ctx<'_>, out: &Output<'_>, image: &FloatImage, t0: Instant) -> Result<()> {
+    let cfg = ctx.cfg;
+    let path = cfg.output_path_for(out.index);
+    if cfg.output.create_parent_dirs {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::Model {
+                path: parent.to_path_buf(),
+                reason: format!("cannot create the output directory: {e}"),
+            })?;
         }
-        ModelFamily::Unknown => {
-            return Err(Error::Unsupported(
-                "could not recognise the diffusion model from its tensor names; supported families: PixArt-α/Σ".into(),
-            ))
-        }
-        other => {
-            return Err(Error::Unsupported(format!(
-                "model family {other:?} was recognised, but its pipeline is not implemented in this build yet"
-            )))
-        }
+    }
+    let plan = out.plan;
+    let params = cfg.output.embed_metadata.then(|| {
+        let mut p = GenerationParams::new();
+        p.prompt = cfg.prompt.clone();
+        p.negative_prompt = cfg.negative_prompt.clone();
+        p.steps = plan.steps as u32;
+        p.cfg_scale = cfg.sampling.cfg_scale;
+        p.eta = Some(plan.eta());
+        p.seed = out.seed;
+        p.batch_index = out.index;
+        p.width = out.width;
+        p.height = out.height;
+        p.sampler = plan.sampler.to_string();
+        p.scheduler = plan
+            .custom_sigmas
+            .is_none()
+            .then(|| plan.schedule.to_string());
+        p.custom_sigmas = plan.custom_sigmas.clone().unwrap_or_default();
+        p.rng = ctx.sampling.rng.to_string();
+        p.sampler_rng = cfg.sampling.sampler_rng.clone();
+        p.model = file_name(&cfg.models.model);
+        p.diffusion_model = file_name(&cfg.models.diffusion_model);
+        p.text_encoders = out.text_encoders.clone();
+        p.vae = file_name(&cfg.models.vae);
+        p.extra_sample_args = cfg.sampling.extra_sample_args_raw.clone();
+        p.model_args = cfg.model_args_raw.clone();
+        p.strength = out.strength;
+        p
+    });
+    write_generation_png(&path, &to_png_image(image)?, params.as_ref())?;
+    log::info!(
+        "saved {} ({:.1}s)",
+        path.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn tiling(cfg: &RunConfig) -> Option<TileSettings> {
+    cfg.vae_tiling
+        .as_ref()
+        .map(|t| TileSettings::new(t.tile_w, t.tile_h, t.relative, t.overlap))
+}
+
+fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Result<()> {
+    let cfg = ctx.cfg;
+    if cfg.inputs.init.is_some() {
+        return Err(Error::Unsupported(
+            "--init-img is not implemented for Qwen Image 2.1 yet".into(),
+        ));
+    }
+    let a = &cfg.model_args;
+    let requested = match a.qwen_image_2_1_prefix_cache_type {
+        PrefixCacheType::Auto => None,
+        PrefixCacheType::Ggml(name) => Some(name),
     };
+    let pipe = QwenImage21Pipeline::load(&QwenImage21Load {
+        store,
+        llm_path: cfg.models.llm.as_deref().or(cfg.models.model.as_deref()),
+        tokenizer_path: None,
+        wtype: ctx.wtype,
+        flash_attn: ctx.flash_attn,
+        backends: ctx.backends,
+        memory: ctx.memory.clone(),
+        prefix_cache: a.qwen_image_2_1_prefix_cache,
+        prefix_cache_type: prefix_cache_type(requested, ctx.flash_attn)?,
+    })?;
+    log::debug!("models loaded in {:.2}s", t_load.elapsed().as_secs_f64());
+
+    // The reference pipeline floors the size to a multiple of 32.
+    let mult = pipe.size_multiple() as u32;
+    let (w0, h0) = (cfg.resolved_width(), cfg.resolved_height());
+    let (width, height) = (w0 / mult * mult, h0 / mult * mult);
+    if width == 0 || height == 0 {
+        return Err(Error::Flag {
+            flag: "-W/-H".into(),
+            reason: format!("{w0}x{h0} is smaller than {mult} pixels, the model's size multiple"),
+        });
+    }
+    if (width, height) != (w0, h0) {
+        log::warn!("image size {w0}x{h0} rounded down to {width}x{height} (a multiple of {mult} for this model)");
+    }
+    let plan = ctx.sampling.plan_with_options(
+        qwen_image_2_1::DEFAULT_SAMPLER,
+        qwen_image_2_1::DEFAULT_SCHEDULE,
+        qwen_image_2_1::schedule_options(),
+    );
+    let tiling = tiling(cfg);
+    for i in 0..cfg.batch_count {
+        let seed = cfg.seed.wrapping_add(i as i64);
+        let mut noise_rng = ctx.sampling.rng.create(seed as u64);
+        let mut sampler_rng = ctx.sampling.sampler_rng.create(seed as u64);
+        let t0 = Instant::now();
+        let image = pipe.txt2img(QwenImage21Request {
+            prompt: &cfg.prompt,
+            negative_prompt: &cfg.negative_prompt,
+            width: width as usize,
+            height: height as usize,
+            cfg_scale: cfg.sampling.cfg_scale,
+            plan: &plan,
+            noise_rng: noise_rng.as_mut(),
+            sampler_rng: sampler_rng.as_mut(),
+            vae_tiling: tiling.as_ref(),
+            // Later images of the batch share the prompts: keep their text K/V.
+            keep_prefix_cache: i + 1 < cfg.batch_count,
+        })?;
+        let out = Output {
+            index: i,
+            seed,
+            width,
+            height,
+            plan: &plan,
+            text_encoders: file_name(&cfg.models.llm).into_iter().collect(),
+            strength: None,
+        };
+        write_output(ctx, &out, &image, t0)?;
+    }
+    pipe.release_prefix_cache();
+    Ok(())
+}
+
+fn run_pixart(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Result<()> {
+    let cfg = ctx.cfg;
+    let a = &cfg.model_args;
+    let pipe = PixArtPipeline::load(&PixArtLoad {
+        store,
+        t5_path: cfg.models.t5xxl.as_deref().or(cfg.models.model.as_deref()),
+        tokenizer_path: cfg.models.t5xxl_tokenizer.as_deref(),
+        wtype: ctx.wtype,
+        flash_attn: ctx.flash_attn,
+        backends: ctx.backends,
+        pos_embed_base_size: explicit_model_arg(cfg, "pixart_pos_embed_base_size")
+            .then_some(a.pixart_pos_embed_base_size as f32),
+        interpolation_scale: explicit_model_arg(cfg, "pixart_interpolation_scale")
+            .then_some(a.pixart_interpolation_scale),
+        vae_scale_factor: a.pixart_vae_scale_factor,
+        memory: ctx.memory.clone(),
+        need_encoder: cfg.inputs.init.is_some(),
+    })?;
     log::debug!("models loaded in {:.2}s", t_load.elapsed().as_secs_f64());
 
     let mult = pipe.size_multiple() as u32;
@@ -136,11 +306,10 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     if (width, height) != (w0, h0) {
         log::warn!("image size {w0}x{h0} rounded up to {width}x{height} (a multiple of {mult} for this model)");
     }
-    let plan = sampling.plan(pixart::DEFAULT_SAMPLER, pixart::DEFAULT_SCHEDULE);
-    let tiling = cfg
-        .vae_tiling
-        .as_ref()
-        .map(|t| TileSettings::new(t.tile_w, t.tile_h, t.relative, t.overlap));
+    let plan = ctx
+        .sampling
+        .plan(pixart::DEFAULT_SAMPLER, pixart::DEFAULT_SCHEDULE);
+    let tiling = tiling(cfg);
 
     let init_latent = match &init_png {
         Some(img) => {
@@ -157,8 +326,8 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
 
     for i in 0..cfg.batch_count {
         let seed = cfg.seed.wrapping_add(i as i64);
-        let mut noise_rng = sampling.rng.create(seed as u64);
-        let mut sampler_rng = sampling.sampler_rng.create(seed as u64);
+        let mut noise_rng = ctx.sampling.rng.create(seed as u64);
+        let mut sampler_rng = ctx.sampling.sampler_rng.create(seed as u64);
         let t0 = Instant::now();
         let image = pipe.txt2img(PixArtRequest {
             prompt: &cfg.prompt,
@@ -172,49 +341,16 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             vae_tiling: tiling.as_ref(),
             init: init_latent.as_ref().map(|z| (z, cfg.strength)),
         })?;
-        let path = cfg.output_path_for(i);
-        if cfg.output.create_parent_dirs {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(|e| Error::Model {
-                    path: parent.to_path_buf(),
-                    reason: format!("cannot create the output directory: {e}"),
-                })?;
-            }
-        }
-        let params = cfg.output.embed_metadata.then(|| {
-            let mut p = GenerationParams::new();
-            p.prompt = cfg.prompt.clone();
-            p.negative_prompt = cfg.negative_prompt.clone();
-            p.steps = plan.steps as u32;
-            p.cfg_scale = cfg.sampling.cfg_scale;
-            p.eta = Some(plan.eta());
-            p.seed = seed;
-            p.batch_index = i;
-            p.width = width;
-            p.height = height;
-            p.sampler = plan.sampler.to_string();
-            p.scheduler = plan
-                .custom_sigmas
-                .is_none()
-                .then(|| plan.schedule.to_string());
-            p.custom_sigmas = plan.custom_sigmas.clone().unwrap_or_default();
-            p.rng = sampling.rng.to_string();
-            p.sampler_rng = cfg.sampling.sampler_rng.clone();
-            p.model = file_name(&cfg.models.model);
-            p.diffusion_model = file_name(&cfg.models.diffusion_model);
-            p.text_encoders = file_name(&cfg.models.t5xxl).into_iter().collect();
-            p.vae = file_name(&cfg.models.vae);
-            p.extra_sample_args = cfg.sampling.extra_sample_args_raw.clone();
-            p.model_args = cfg.model_args_raw.clone();
-            p.strength = init_latent.is_some().then_some(cfg.strength);
-            p
-        });
-        write_generation_png(&path, &to_png_image(&image)?, params.as_ref())?;
-        log::info!(
-            "saved {} ({:.1}s)",
-            path.display(),
-            t0.elapsed().as_secs_f64()
-        );
+        let out = Output {
+            index: i,
+            seed,
+            width,
+            height,
+            plan: &plan,
+            text_encoders: file_name(&cfg.models.t5xxl).into_iter().collect(),
+            strength: init_latent.is_some().then_some(cfg.strength),
+        };
+        write_output(ctx, &out, &image, t0)?;
     }
     Ok(())
 }

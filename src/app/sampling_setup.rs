@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::rng::RngKind;
 use crate::sampling::{
     custom_sigmas, parse_extra_sample_args, ExtraSampleArgs, SamplerKind, SamplingPlan,
-    ScheduleKind,
+    ScheduleKind, ScheduleOptions,
 };
 
 #[derive(Debug)]
@@ -84,11 +84,27 @@ impl SamplingSetup {
         default_sampler: SamplerKind,
         default_schedule: ScheduleKind,
     ) -> SamplingPlan {
+        self.plan_with_options(
+            default_sampler,
+            default_schedule,
+            ScheduleOptions::default(),
+        )
+    }
+
+    /// Like [`Self::plan`], starting from the model's schedule presets `options` (e.g. Qwen
+    /// Image 2.1's flux parameters); `--extra-sample-args` still override them.
+    pub fn plan_with_options(
+        &self,
+        default_sampler: SamplerKind,
+        default_schedule: ScheduleKind,
+        options: ScheduleOptions,
+    ) -> SamplingPlan {
         let mut plan = SamplingPlan::new(
             self.sampler.unwrap_or(default_sampler),
             self.schedule.unwrap_or(default_schedule),
             self.steps,
         );
+        plan.schedule_opts = options;
         plan.eta = self.eta;
         plan.custom_sigmas = self.sigmas.clone();
         plan.apply_extra_args(&self.extra);

@@ -2,6 +2,7 @@
 //! run through their runners.
 
 pub mod pixart;
+pub mod qwen_image_2_1;
 mod vae_decode;
 
 pub use vae_decode::{decode_latents_kl, encode_image_kl};

@@ -1,0 +1,520 @@
+//! Qwen Image 2.1 text-to-image: Qwen3-VL text encoder → Qwen Image 2.1 transformer (velocity
+//! prediction on the Flux-shifted flow schedule, optional true CFG) → Qwen Image 2.1 VAE (RGBA).
+//!
+//! Matches diffusers' `QwenImage21Pipeline` (REFERENCE-NOTES §13–25): the prompt goes through
+//! the chat template and the system turn's rows are dropped; the latent is `noise` at σ = 1 in
+//! transformer space (`(z − mean) / std`); every step calls the transformer with t = σ and
+//! moves `x += (σ_next − σ)·v`; with CFG (cfg scale ≠ 1) cond and uncond are two separate calls
+//! with their own text lengths, combined as `uncond + s·(cond − uncond)`; the VAE decodes
+//! `x·std + mean`, clamps to [−1, 1] and maps to [0, 1] RGBA.
+//!
+//! The text tokens' keys and values never change across steps (they are modulated with t = 0
+//! and attend causally to text only), so by default each condition's text prefix is stored on
+//! its first step and reused ([`PrefixCache`]); the result is the same as without it.
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::app::{BackendPlan, Module};
+use crate::error::{Error, Result};
+use crate::ggml::GgmlType;
+use crate::models::dit::qwen_image_2_1::{
+    PrefixCache, PrefixCacheError, QwenImage21, QwenImage21Config,
+};
+use crate::models::te::qwen3::{
+    encode_qwen_image_21, qwen3_hparams, Qwen3Config, Qwen3Source, Qwen3TextModel,
+};
+use crate::models::vae::qwen_image_2_1_vae::{LatentStats, QwenImage21Vae, QwenImage21VaeConfig};
+use crate::models::vae::tiling::{decode_with_retry, tiled_decode, Planar, TileSettings};
+use crate::progress::Progress;
+use crate::rng::Rng;
+use crate::runner::{
+    HostTensor, MemoryOptions, RunOptions, Runner, RunnerError, StoreSource, WeightLoader,
+};
+use crate::sampling::schedules::FluxScheduleParams;
+use crate::sampling::{
+    guidance, ModelSchedule, Prediction, SamplerKind, SamplingError, SamplingPlan, ScheduleKind,
+    ScheduleOptions,
+};
+use crate::tokenizers::{
+    bpe_from_gguf_metadata, find_qwen_tokenizer, load_qwen_tokenizer, BpeTokenizer,
+};
+use crate::weights::{Component, TensorStore};
+
+use super::FloatImage;
+
+/// Defaults of upstream sd-cli for this family: Euler on the `flux` schedule with the Qwen
+/// Image 2.1 parameters ([`schedule_options`]).
+pub const DEFAULT_SAMPLER: SamplerKind = SamplerKind::Euler;
+pub const DEFAULT_SCHEDULE: ScheduleKind = ScheduleKind::Flux;
+/// Image pixels per latent pixel (one transformer token each).
+pub const VAE_SCALE: usize = 16;
+/// Image sizes must be multiples of this (the pipeline floors to it).
+pub const SIZE_MULTIPLE: usize = 32;
+/// Cache-entry base of the prefix K/V cache in the transformer runner.
+const CACHE_BASE: &str = "qwen_image_2_1.prefix";
+
+/// Schedule options with the Qwen Image 2.1 flux parameters (a model preset: apply
+/// `--extra-sample-args` after it).
+pub fn schedule_options() -> ScheduleOptions {
+    ScheduleOptions {
+        flux: FluxScheduleParams::QWEN_IMAGE_2_1,
+        ..ScheduleOptions::default()
+    }
+}
+
+/// The prefix-cache storage type: `requested` (a ggml type name), or with `None` ("auto")
+/// f16 when flash attention is on, else f32.
+pub fn prefix_cache_type(requested: Option<&str>, flash_attn: bool) -> Result<GgmlType> {
+    match requested {
+        None => Ok(if flash_attn {
+            GgmlType::F16
+        } else {
+            GgmlType::F32
+        }),
+        Some(name) => GgmlType::from_name(name).ok_or_else(|| Error::Flag {
+            flag: "--model-args qwen_image_2_1_prefix_cache_type".into(),
+            reason: format!("unknown ggml type '{name}'"),
+        }),
+    }
+}
+
+/// Where the model files are and how to load them.
+pub struct QwenImage21Load<'a> {
+    /// Every file of the run under its component prefix (diffusion, `Component::Llm`, VAE).
+    pub store: &'a TensorStore,
+    /// The LLM file as given (for finding a tokenizer beside it).
+    pub llm_path: Option<&'a Path>,
+    pub tokenizer_path: Option<&'a Path>,
+    pub wtype: Option<GgmlType>,
+    pub flash_attn: bool,
+    pub backends: &'a BackendPlan,
+    /// `--max-vram`, `--offload-to-cpu`, prefetch and segmentation switches.
+    pub memory: MemoryOptions,
+    /// Store/reuse each condition's text K/V across steps.
+    pub prefix_cache: bool,
+    /// Storage type of the cached K/V (see [`prefix_cache_type`]).
+    pub prefix_cache_type: GgmlType,
+}
+
+/// One image request.
+pub struct QwenImage21Request<'a> {
+    pub prompt: &'a str,
+    pub negative_prompt: &'a str,
+    pub width: usize,
+    pub height: usize,
+    /// True CFG scale; 1 runs the conditional call only.
+    pub cfg_scale: f32,
+    /// The sampler, schedule and steps; the token count and (for the `flux` schedule) the
+    /// Qwen parameters are filled in by the pipeline when left at their defaults.
+    pub plan: &'a SamplingPlan,
+    pub noise_rng: &'a mut dyn Rng,
+    pub sampler_rng: &'a mut dyn Rng,
+    pub vae_tiling: Option<&'a TileSettings>,
+    /// Keep the cached text prefixes after this image (the next image reuses them when its
+    /// prompts are the same); otherwise they are freed when sampling ends.
+    pub keep_prefix_cache: bool,
+}
+
+pub struct QwenImage21Pipeline {
+    tokenizer: BpeTokenizer,
+    te: Qwen3TextModel,
+    te_runner: Runner,
+    dit: QwenImage21,
+    dit_runner: Runner,
+    vae: QwenImage21Vae,
+    vae_runner: Runner,
+    stats: LatentStats,
+    cache: Option<PrefixCache>,
+    /// Prompt → embedding of the last request (reused across --batch-count images).
+    embeds: RefCell<Vec<(String, HostTensor)>>,
+}
+
+fn missing(what: &str, flag: &str) -> Error {
+    Error::Unsupported(format!(
+        "Qwen Image 2.1 needs {what}: none was found in the model files (pass {flag})"
+    ))
+}
+
+fn cache_err(e: PrefixCacheError) -> Error {
+    match e {
+        PrefixCacheError::Runner(r) => Error::Runner(r),
+        other => Error::Unsupported(other.to_string()),
+    }
+}
+
+fn component_config(store: &TensorStore, c: Component) -> Option<&serde_json::Value> {
+    store
+        .files()
+        .iter()
+        .filter(|f| f.prefix == c.prefix())
+        .find_map(|f| f.config.as_ref())
+}
+
+fn load_tokenizer(
+    store: &TensorStore,
+    llm_path: Option<&Path>,
+    explicit: Option<&Path>,
+) -> Result<BpeTokenizer> {
+    if explicit.is_none() {
+        for f in store
+            .files()
+            .iter()
+            .filter(|f| f.prefix == Component::Llm.prefix())
+        {
+            let origin = f.path.display().to_string();
+            if let Some(tok) = bpe_from_gguf_metadata(&f.gguf, &origin) {
+                log::debug!("Qwen tokenizer: from GGUF metadata of {origin}");
+                return Ok(tok?);
+            }
+        }
+    }
+    let llm_path = llm_path.ok_or_else(|| missing("a Qwen3-VL text encoder", "--llm"))?;
+    let path = find_qwen_tokenizer(explicit, llm_path)?;
+    log::debug!("Qwen tokenizer: {}", path.display());
+    Ok(load_qwen_tokenizer(&path)?)
+}
+
+impl QwenImage21Pipeline {
+    pub fn load(opts: &QwenImage21Load<'_>) -> Result<Self> {
+        let store = opts.store;
+        let run_opts = || RunOptions {
+            flash_attn: opts.flash_attn,
+            memory: opts.memory.clone(),
+            ..RunOptions::default()
+        };
+        let mut bar = Progress::new("loading model", 3);
+
+        // Diffusion transformer (also when a store holds single-file names one
+        // `model.diffusion_model.` deeper than the component prefix).
+        let dit_prefix = {
+            let p = Component::Diffusion.prefix();
+            let nested = format!("{p}model.diffusion_model.");
+            if store.with_prefix(&nested).next().is_some() {
+                nested
+            } else {
+                p.to_string()
+            }
+        };
+        let dit_src = StoreSource::new(store, &dit_prefix);
+        let loader = WeightLoader::new(&dit_src, opts.wtype);
+        let mut config = QwenImage21Config::detect(&loader.root(""))?;
+        if let Some(axes) = component_config(store, Component::Diffusion)
+            .and_then(|c| c.get("axes_dims_rope")?.as_array().cloned())
+        {
+            let axes: Vec<usize> = axes
+                .iter()
+                .filter_map(|v| v.as_u64().map(|v| v as usize))
+                .collect();
+            if let [f, h, w] = axes[..] {
+                config = config.with_axes_dims([f, h, w])?;
+            }
+        }
+        log::debug!("qwen_image_2_1: {config:?}");
+        let dit = QwenImage21::new(&loader.root(""), config)?;
+        let backend = opts.backends.backend(Module::Diffusion)?;
+        let dit_weights = loader.finish_for(&backend, "qwen_image_2_1", &opts.memory)?;
+        bar.tick();
+        let dit_runner = Runner::new("qwen_image_2_1", backend, Some(dit_weights), run_opts());
+        let cache = if opts.prefix_cache {
+            Some(
+                PrefixCache::new(CACHE_BASE, opts.prefix_cache_type, dit.config())
+                    .map_err(cache_err)?,
+            )
+        } else {
+            None
+        };
+
+        // Text encoder.
+        if store.with_prefix(Component::Llm.prefix()).next().is_none() {
+            return Err(missing("a Qwen3-VL text encoder", "--llm"));
+        }
+        let te_src = Qwen3Source::new(store, Component::Llm.prefix());
+        let loader = WeightLoader::new(&te_src, opts.wtype);
+        let (theta, eps) = qwen3_hparams(store);
+        let te_config = Qwen3Config::detect(&loader.root(""), Some(theta), Some(eps))?;
+        if te_config.hidden != dit.config().text_dim {
+            return Err(Error::Unsupported(format!(
+                "the text encoder's hidden size {} does not match the transformer's text input {}",
+                te_config.hidden,
+                dit.config().text_dim
+            )));
+        }
+        let te = Qwen3TextModel::new(&loader.root(""), te_config)?;
+        let backend = opts.backends.backend(Module::TextEncoder)?;
+        let te_weights = loader.finish_for(&backend, "qwen3", &opts.memory)?;
+        bar.tick();
+        let te_runner = Runner::new("qwen3", backend, Some(te_weights), run_opts());
+        let tokenizer = load_tokenizer(store, opts.llm_path, opts.tokenizer_path)?;
+
+        // VAE (decoder only; its convolutions keep the file's float type).
+        if store.with_prefix(Component::Vae.prefix()).next().is_none() {
+            return Err(missing("a VAE", "--vae"));
+        }
+        let vae_src = StoreSource::new(store, Component::Vae.prefix());
+        let loader = WeightLoader::new(&vae_src, None);
+        let mut vae_config = QwenImage21VaeConfig::detect(&loader.root(""))?;
+        if !vae_config.decoder {
+            return Err(Error::Unsupported(
+                "the VAE file has no decoder weights".into(),
+            ));
+        }
+        vae_config.encoder = false;
+        let stats = match component_config(store, Component::Vae)
+            .and_then(LatentStats::from_diffusers_config)
+        {
+            Some(s) => s?,
+            None => vae_config.latent_stats.clone().ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "the VAE has a {}-channel latent but no latents_mean/latents_std \
+                     (only the released 64-channel statistics are built in)",
+                    vae_config.z_dim
+                ))
+            })?,
+        };
+        if stats.channels() != vae_config.z_dim || vae_config.z_dim != dit.config().in_channels {
+            return Err(Error::Unsupported(format!(
+                "latent channels disagree: VAE {}, statistics {}, transformer {}",
+                vae_config.z_dim,
+                stats.channels(),
+                dit.config().in_channels
+            )));
+        }
+        let vae = QwenImage21Vae::new(&loader.root(""), vae_config)?;
+        let backend = opts.backends.backend(Module::Vae)?;
+        let vae_weights = loader.finish_for(&backend, "vae", &opts.memory)?;
+        bar.tick();
+        let vae_runner = Runner::new("vae", backend, Some(vae_weights), run_opts());
+        Ok(Self {
+            tokenizer,
+            te,
+            te_runner,
+            dit,
+            dit_runner,
+            vae,
+            vae_runner,
+            stats,
+            cache,
+            embeds: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// Image sizes must be multiples of this.
+    pub fn size_multiple(&self) -> usize {
+        SIZE_MULTIPLE
+    }
+
+    pub fn transformer_config(&self) -> &QwenImage21Config {
+        self.dit.config()
+    }
+
+    /// The model schedule for an image of `tokens` latent pixels (Flux flow, mu from the
+    /// Qwen Image 2.1 anchors; the transformer takes t = σ).
+    pub fn model_schedule(tokens: usize) -> ModelSchedule {
+        ModelSchedule::FluxFlow {
+            shift: FluxScheduleParams::QWEN_IMAGE_2_1.mu(tokens as u32),
+        }
+    }
+
+    /// The prompt embedding [hidden, L]: the templated prompt through the text encoder, minus
+    /// the system turn (an empty prompt becomes " ").
+    pub fn encode_prompt(&self, prompt: &str) -> Result<HostTensor> {
+        if let Some((_, t)) = self.embeds.borrow().iter().find(|(p, _)| p == prompt) {
+            return Ok(t.clone());
+        }
+        let t = encode_qwen_image_21(&self.te_runner, &self.te, &self.tokenizer, prompt)?;
+        let mut memo = self.embeds.borrow_mut();
+        if memo.len() >= 2 {
+            memo.remove(0);
+        }
+        memo.push((prompt.to_string(), t.clone()));
+        Ok(t)
+    }
+
+    /// Generates one image; returns it in [0, 1] as RGBA [W, H, 4].
+    pub fn txt2img(&self, req: QwenImage21Request<'_>) -> Result<FloatImage> {
+        let tiling = req.vae_tiling;
+        let x = self.sample(req)?;
+        let t = Instant::now();
+        let image = self.decode(&x, tiling)?;
+        log::debug!("qwen_image_2_1: decode {:.2}s", t.elapsed().as_secs_f64());
+        Ok(image)
+    }
+
+    /// Frees the cached text prefixes (they are freed after each image unless kept).
+    pub fn release_prefix_cache(&self) {
+        if let Some(c) = &self.cache {
+            c.clear(&self.dit_runner);
+        }
+    }
+
+    /// Bytes the transformer runner's cache holds now.
+    pub fn prefix_cache_bytes(&self) -> usize {
+        self.dit_runner.cache_bytes()
+    }
+
+    /// Runs conditioning and sampling; returns the final latent in transformer space
+    /// (`(z − mean) / std`), [w, h, C].
+    pub fn sample(&self, req: QwenImage21Request<'_>) -> Result<Planar> {
+        let m = SIZE_MULTIPLE;
+        if !req.width.is_multiple_of(m)
+            || !req.height.is_multiple_of(m)
+            || req.width == 0
+            || req.height == 0
+        {
+            return Err(Error::Flag {
+                flag: "-W/-H".into(),
+                reason: format!(
+                    "{}x{} is not a multiple of {m} for this model",
+                    req.width, req.height
+                ),
+            });
+        }
+        let t0 = Instant::now();
+        let cond = self.encode_prompt(req.prompt)?;
+        let use_cfg = req.cfg_scale != 1.0;
+        let uncond = if use_cfg {
+            Some(self.encode_prompt(req.negative_prompt)?)
+        } else {
+            None
+        };
+        let condition_secs = t0.elapsed().as_secs_f64();
+
+        let c = self.dit.config().in_channels;
+        let (lw, lh) = (req.width / VAE_SCALE, req.height / VAE_SCALE);
+        let tokens = lw * lh;
+        let schedule = Self::model_schedule(tokens);
+        let mut plan = req.plan.clone();
+        plan.schedule_opts.image_seq_len = tokens as u32;
+        if plan.schedule_opts.flux == FluxScheduleParams::FLUX {
+            plan.schedule_opts.flux = FluxScheduleParams::QWEN_IMAGE_2_1;
+        }
+        let sigmas = plan.sigmas(&schedule)?;
+        let noise = req.noise_rng.randn(tokens * c);
+        let x0 = schedule.noise_scaling(sigmas[0], &noise, &vec![0.0; noise.len()])?;
+
+        let t1 = Instant::now();
+        let steps = sigmas.len().saturating_sub(1);
+        let mut progress = Progress::new("sampling", steps);
+        let mut denoiser = Denoiser {
+            pipe: self,
+            schedule: &schedule,
+            cond: &cond,
+            uncond: uncond.as_ref(),
+            lat: [lw, lh, c, 1],
+            cfg_scale: req.cfg_scale,
+            progress: &mut progress,
+        };
+        let result = plan.run(&schedule, &mut denoiser, x0, &sigmas, req.sampler_rng);
+        if !req.keep_prefix_cache || result.is_err() {
+            self.release_prefix_cache();
+        }
+        let latent = result?;
+        log::debug!(
+            "qwen_image_2_1: condition {condition_secs:.2}s, sampling {:.2}s ({steps} steps)",
+            t1.elapsed().as_secs_f64()
+        );
+        Ok(Planar::new(lw, lh, c, latent)?)
+    }
+
+    /// Decodes a transformer-space latent [w, h, C] to an RGBA image in [0, 1]: `x·std + mean`
+    /// through the VAE, clamped to [−1, 1], `/2 + 0.5`. Tiles when asked, and retries with
+    /// smaller tiles when the decode does not fit in memory.
+    pub fn decode(&self, x: &Planar, tiling: Option<&TileSettings>) -> Result<FloatImage> {
+        let mut z = HostTensor::new([x.w, x.h, x.c, 1], x.data.clone())
+            .ok_or_else(|| Error::Unsupported("latent shape".into()))?;
+        self.stats.denormalize(&mut z)?;
+        let z = Planar::new(x.w, x.h, x.c, z.data)?;
+        let scale = self.vae.scale_factor();
+        let decoded = decode_with_retry(
+            z.w * scale,
+            z.h * scale,
+            scale,
+            tiling,
+            |grid| match grid {
+                Some(grid) if !grid.is_single() => {
+                    let mut bar = Progress::new("decoding", grid.len());
+                    tiled_decode(
+                        &z,
+                        scale,
+                        grid,
+                        |tile| self.decode_one(tile),
+                        |i, _| bar.set(i),
+                    )
+                }
+                _ => self.decode_one(&z),
+            },
+            |e: &Error| matches!(e, Error::Runner(r) if r.is_alloc_failure()),
+        )?;
+        let data = decoded
+            .data
+            .iter()
+            .map(|v| v.clamp(-1.0, 1.0) * 0.5 + 0.5)
+            .collect();
+        Ok(FloatImage {
+            width: decoded.w,
+            height: decoded.h,
+            channels: decoded.c,
+            data,
+        })
+    }
+
+    fn decode_one(&self, z: &Planar) -> Result<Planar> {
+        let ne = [z.w, z.h, z.c, 1];
+        let mut out = self
+            .vae_runner
+            .compute(|g| vec![self.vae.decode(g, g.input_f32("vae.z", ne, z.data.clone()))])?;
+        let t = out
+            .pop()
+            .ok_or_else(|| Error::Runner(RunnerError::Internal("VAE decode: no output".into())))?;
+        Ok(Planar::new(t.ne[0], t.ne[1], t.ne[2], t.data)?)
+    }
+
+    fn velocity(&self, x: &HostTensor, text: &HostTensor, t: f32, cond: &str) -> Result<Vec<f32>> {
+        let cache = self.cache.as_ref().map(|c| (c, cond));
+        let out = self
+            .dit
+            .velocity(&self.dit_runner, x, text, &[t], cache)
+            .map_err(cache_err)?;
+        Ok(out.data)
+    }
+}
+
+struct Denoiser<'a> {
+    pipe: &'a QwenImage21Pipeline,
+    schedule: &'a ModelSchedule,
+    cond: &'a HostTensor,
+    uncond: Option<&'a HostTensor>,
+    lat: [usize; 4],
+    cfg_scale: f32,
+    progress: &'a mut Progress,
+}
+
+impl crate::sampling::Denoiser for Denoiser<'_> {
+    fn denoise(&mut self, x: &[f32], sigma: f32, step: usize) -> Result<Vec<f32>, SamplingError> {
+        let pred = Prediction::FluxFlow;
+        let t = self.schedule.sigma_to_t(sigma);
+        let err = |e: Error| SamplingError::Denoiser {
+            sigma,
+            message: format!("{e:#}"),
+        };
+        let xin = HostTensor {
+            ne: self.lat,
+            data: pred.model_input(x, sigma),
+        };
+        let v_cond = self
+            .pipe
+            .velocity(&xin, self.cond, t, "cond")
+            .map_err(err)?;
+        let v = match self.uncond {
+            Some(uncond) => {
+                let v_uncond = self.pipe.velocity(&xin, uncond, t, "uncond").map_err(err)?;
+                guidance::cfg(&v_cond, &v_uncond, self.cfg_scale)?
+            }
+            None => v_cond,
+        };
+        self.progress.set(step);
+        pred.to_denoised(&v, x, sigma)
+    }
+}
