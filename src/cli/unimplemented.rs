@@ -8,6 +8,13 @@ use super::config::RunConfig;
 /// [`unimplemented_flags`] reports the ones a run actually used.
 pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--ref-image",
+    "--img-cfg-scale",
+    "--slg-scale",
+    "--skip-layers",
+    "--skip-layer-start",
+    "--skip-layer-end",
+    "--flow-shift",
+    "--timestep-shift",
     "--clip_l",
     "--clip_g",
     "--clip_vision",
