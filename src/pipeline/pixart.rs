@@ -153,6 +153,12 @@ impl PixArtPipeline {
             ..RunOptions::default()
         };
 
+        // The tokenizer first: a missing file fails before gigabytes of weights load.
+        if store.with_prefix(Component::T5.prefix()).next().is_none() {
+            return Err(missing("a T5 text encoder", "--t5xxl"));
+        }
+        let tokenizer = load_tokenizer(store, opts.t5_path, opts.tokenizer_path)?;
+
         // Diffusion transformer.
         let dit_src = StoreSource::new(store, Component::Diffusion.prefix());
         let loader = WeightLoader::new(&dit_src, opts.wtype);
@@ -204,7 +210,6 @@ impl PixArtPipeline {
         let t5_weights = loader.finish_for(&backend, "t5", &opts.memory)?;
         bar.tick();
         let t5_runner = Runner::new("t5", backend, Some(t5_weights), run_opts());
-        let tokenizer = load_tokenizer(store, opts.t5_path, opts.tokenizer_path)?;
 
         // VAE (its convolutions keep the file's float type; `--type` does not apply).
         if store.with_prefix(Component::Vae.prefix()).next().is_none() {
