@@ -17,6 +17,7 @@ use crate::pipeline::qwen_image_2_1::{
     self, prefix_cache_type, QwenImage21Load, QwenImage21Pipeline, QwenImage21Request,
 };
 use crate::pipeline::FloatImage;
+use crate::rng::Rng;
 use crate::runner::{MaxVram, MemoryOptions};
 use crate::sampling::SamplingPlan;
 use crate::weights::{detect_family, Component, ModelFamily, TensorStore};
@@ -129,6 +130,42 @@ struct Ctx<'a> {
     flash_attn: bool,
 }
 
+/// What every image of a `--batch-count` run shares.
+struct Batch<'a> {
+    width: u32,
+    height: u32,
+    plan: &'a SamplingPlan,
+    text_encoders: Vec<String>,
+    strength: Option<f32>,
+}
+
+/// Generates the batch: image i uses seed + i (upstream rule) with fresh noise and sampler
+/// RNGs, and is written with its metadata as soon as it is done.
+fn run_batch<F>(ctx: &Ctx<'_>, batch: &Batch<'_>, mut generate: F) -> Result<()>
+where
+    F: FnMut(u32, &mut dyn Rng, &mut dyn Rng) -> Result<FloatImage>,
+{
+    let cfg = ctx.cfg;
+    for i in 0..cfg.batch_count {
+        let seed = cfg.seed.wrapping_add(i as i64);
+        let mut noise_rng = ctx.sampling.rng.create(seed as u64);
+        let mut sampler_rng = ctx.sampling.sampler_rng.create(seed as u64);
+        let t0 = Instant::now();
+        let image = generate(i, noise_rng.as_mut(), sampler_rng.as_mut())?;
+        let out = Output {
+            index: i,
+            seed,
+            width: batch.width,
+            height: batch.height,
+            plan: batch.plan,
+            text_encoders: batch.text_encoders.clone(),
+            strength: batch.strength,
+        };
+        write_output(ctx, &out, &image, t0)?;
+    }
+    Ok(())
+}
+
 /// One finished image of a batch and how it was made.
 struct Output<'a> {
     index: u32,
@@ -239,35 +276,28 @@ fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Re
         qwen_image_2_1::schedule_options(),
     );
     let tiling = tiling(cfg);
-    for i in 0..cfg.batch_count {
-        let seed = cfg.seed.wrapping_add(i as i64);
-        let mut noise_rng = ctx.sampling.rng.create(seed as u64);
-        let mut sampler_rng = ctx.sampling.sampler_rng.create(seed as u64);
-        let t0 = Instant::now();
-        let image = pipe.txt2img(QwenImage21Request {
+    let batch = Batch {
+        width,
+        height,
+        plan: &plan,
+        text_encoders: file_name(&cfg.models.llm).into_iter().collect(),
+        strength: None,
+    };
+    run_batch(ctx, &batch, |i, noise_rng, sampler_rng| {
+        pipe.txt2img(QwenImage21Request {
             prompt: &cfg.prompt,
             negative_prompt: &cfg.negative_prompt,
             width: width as usize,
             height: height as usize,
             cfg_scale: cfg.sampling.cfg_scale,
             plan: &plan,
-            noise_rng: noise_rng.as_mut(),
-            sampler_rng: sampler_rng.as_mut(),
+            noise_rng,
+            sampler_rng,
             vae_tiling: tiling.as_ref(),
             // Later images of the batch share the prompts: keep their text K/V.
             keep_prefix_cache: i + 1 < cfg.batch_count,
-        })?;
-        let out = Output {
-            index: i,
-            seed,
-            width,
-            height,
-            plan: &plan,
-            text_encoders: file_name(&cfg.models.llm).into_iter().collect(),
-            strength: None,
-        };
-        write_output(ctx, &out, &image, t0)?;
-    }
+        })
+    })?;
     pipe.release_prefix_cache();
     Ok(())
 }
@@ -324,33 +354,26 @@ fn run_pixart(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Result<()>
         None => None,
     };
 
-    for i in 0..cfg.batch_count {
-        let seed = cfg.seed.wrapping_add(i as i64);
-        let mut noise_rng = ctx.sampling.rng.create(seed as u64);
-        let mut sampler_rng = ctx.sampling.sampler_rng.create(seed as u64);
-        let t0 = Instant::now();
-        let image = pipe.txt2img(PixArtRequest {
+    let batch = Batch {
+        width,
+        height,
+        plan: &plan,
+        text_encoders: file_name(&cfg.models.t5xxl).into_iter().collect(),
+        strength: init_latent.is_some().then_some(cfg.strength),
+    };
+    run_batch(ctx, &batch, |_, noise_rng, sampler_rng| {
+        pipe.txt2img(PixArtRequest {
             prompt: &cfg.prompt,
             negative_prompt: &cfg.negative_prompt,
             width: width as usize,
             height: height as usize,
             cfg_scale: cfg.sampling.cfg_scale,
             plan: &plan,
-            noise_rng: noise_rng.as_mut(),
-            sampler_rng: sampler_rng.as_mut(),
+            noise_rng,
+            sampler_rng,
             vae_tiling: tiling.as_ref(),
             init: init_latent.as_ref().map(|z| (z, cfg.strength)),
-        })?;
-        let out = Output {
-            index: i,
-            seed,
-            width,
-            height,
-            plan: &plan,
-            text_encoders: file_name(&cfg.models.t5xxl).into_iter().collect(),
-            strength: init_latent.is_some().then_some(cfg.strength),
-        };
-        write_output(ctx, &out, &image, t0)?;
-    }
+        })
+    })?;
     Ok(())
 }

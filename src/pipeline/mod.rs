@@ -7,6 +7,21 @@ mod vae_decode;
 
 pub use vae_decode::{decode_latents_kl, encode_image_kl};
 
+/// Checks that an image size is a non-zero multiple of the model's size `multiple`.
+pub(crate) fn check_size(width: usize, height: usize, multiple: usize) -> crate::error::Result<()> {
+    if width == 0
+        || height == 0
+        || !width.is_multiple_of(multiple)
+        || !height.is_multiple_of(multiple)
+    {
+        return Err(crate::error::Error::Flag {
+            flag: "-W/-H".into(),
+            reason: format!("{width}x{height} is not a multiple of {multiple} for this model"),
+        });
+    }
+    Ok(())
+}
+
 /// A decoded image in [0, 1], planar [W, H, C] (ggml order: x fastest, then y, then channel).
 #[derive(Clone, Debug)]
 pub struct FloatImage {

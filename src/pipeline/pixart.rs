@@ -338,20 +338,7 @@ impl PixArtPipeline {
     /// Runs conditioning and sampling; returns the final latent divided by the VAE scaling
     /// factor (what the VAE decodes), [w, h, C].
     pub fn sample(&self, req: PixArtRequest<'_>) -> Result<Planar> {
-        let m = self.size_multiple();
-        if !req.width.is_multiple_of(m)
-            || !req.height.is_multiple_of(m)
-            || req.width == 0
-            || req.height == 0
-        {
-            return Err(Error::Flag {
-                flag: "-W/-H".into(),
-                reason: format!(
-                    "{}x{} is not a multiple of {m} for this model",
-                    req.width, req.height
-                ),
-            });
-        }
+        super::check_size(req.width, req.height, self.size_multiple())?;
         let t0 = Instant::now();
         let cond = self.encode_prompt(req.prompt)?;
         let use_cfg = req.cfg_scale != 1.0;

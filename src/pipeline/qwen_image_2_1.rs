@@ -357,20 +357,7 @@ impl QwenImage21Pipeline {
     /// Runs conditioning and sampling; returns the final latent in transformer space
     /// (`(z − mean) / std`), [w, h, C].
     pub fn sample(&self, req: QwenImage21Request<'_>) -> Result<Planar> {
-        let m = SIZE_MULTIPLE;
-        if !req.width.is_multiple_of(m)
-            || !req.height.is_multiple_of(m)
-            || req.width == 0
-            || req.height == 0
-        {
-            return Err(Error::Flag {
-                flag: "-W/-H".into(),
-                reason: format!(
-                    "{}x{} is not a multiple of {m} for this model",
-                    req.width, req.height
-                ),
-            });
-        }
+        super::check_size(req.width, req.height, SIZE_MULTIPLE)?;
         let t0 = Instant::now();
         let cond = self.encode_prompt(req.prompt)?;
         let use_cfg = req.cfg_scale != 1.0;

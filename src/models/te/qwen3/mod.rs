@@ -30,20 +30,7 @@ pub fn encode(
     model: &Qwen3TextModel,
     ids: &[i32],
 ) -> Result<HostTensor, RunnerError> {
-    let vocab = model.config().vocab;
-    let bad = |reason: String| RunnerError::BadData {
-        key: "input_ids".into(),
-        origin: "the Qwen3 token sequence".into(),
-        reason,
-    };
-    if ids.is_empty() {
-        return Err(bad("no tokens".into()));
-    }
-    if let Some(&id) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-        return Err(bad(format!(
-            "token id {id} is outside the vocabulary of {vocab}"
-        )));
-    }
+    super::check_token_ids(ids, model.config().vocab, "the Qwen3 token sequence")?;
     let n = ids.len();
     let mut out = runner.compute(|g| {
         let ids = g.input_i32("qwen3.input_ids", [n, 1, 1, 1], ids.to_vec());

@@ -29,20 +29,7 @@ pub fn encode(
     ids: &[i32],
     valid_len: usize,
 ) -> Result<HostTensor, RunnerError> {
-    let vocab = model.config().vocab;
-    let bad = |reason: String| RunnerError::BadData {
-        key: "input_ids".into(),
-        origin: "the T5 token sequence".into(),
-        reason,
-    };
-    if ids.is_empty() {
-        return Err(bad("no tokens".into()));
-    }
-    if let Some(&id) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-        return Err(bad(format!(
-            "token id {id} is outside the vocabulary of {vocab}"
-        )));
-    }
+    super::check_token_ids(ids, model.config().vocab, "the T5 token sequence")?;
     let n = ids.len();
     let mut out = runner.compute(|g| {
         let ids = g.input_i32("t5.input_ids", [n, 1, 1, 1], ids.to_vec());
