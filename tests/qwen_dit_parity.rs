@@ -85,6 +85,8 @@ fn try_run(
                 text: Some(g.input_f32("text", c.text.ne, c.text.data.clone())),
                 timesteps: &c.t,
                 kv,
+                refs: &[],
+                layout: None,
             };
             match model.forward(g, &inputs) {
                 Ok(y) => vec![y],
@@ -231,6 +233,8 @@ fn cache_round_trip(ty: GgmlType, tol_full: f32) {
                         text: None,
                         timesteps: &later.t,
                         kv: KvMode::Reuse { key: &key },
+                        refs: &[],
+                        layout: None,
                     };
                     match m.forward(g, &inputs) {
                         Ok(y) => vec![y],

@@ -57,6 +57,9 @@ fn load(store: &TensorStore, plan: &BackendPlan, cache: bool) -> QwenImage21Pipe
         memory: sd_cli::runner::MemoryOptions::default(),
         prefix_cache: cache,
         prefix_cache_type: GgmlType::F32,
+        need_encoder: false,
+        need_vision: false,
+        vision_path: None,
     })
     .expect("pipeline loads")
 }
@@ -99,6 +102,8 @@ fn stages_match_diffusers() {
             sampler_rng: srng.as_mut(),
             vae_tiling: None,
             keep_prefix_cache: false,
+            init: None,
+            edit: None,
         })
         .unwrap();
     assert_eq!(pipe.prefix_cache_bytes(), 0, "cache freed after sampling");
@@ -136,6 +141,8 @@ fn sizes_must_be_multiples_of_32() {
             sampler_rng: srng.as_mut(),
             vae_tiling: None,
             keep_prefix_cache: false,
+            init: None,
+            edit: None,
         })
         .unwrap_err()
         .to_string();
@@ -305,6 +312,8 @@ fn one_step(pipe: &QwenImage21Pipeline) -> Vec<f32> {
         sampler_rng: srng.as_mut(),
         vae_tiling: None,
         keep_prefix_cache: false,
+        init: None,
+        edit: None,
     })
     .unwrap()
     .data

@@ -13,8 +13,10 @@ use crate::image_io::{
 };
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::pixart::{self, PixArtLoad, PixArtPipeline, PixArtRequest};
+use crate::models::vae::tiling::Planar;
 use crate::pipeline::qwen_image_2_1::{
-    self, prefix_cache_type, QwenImage21Load, QwenImage21Pipeline, QwenImage21Request,
+    self, prefix_cache_type, prepare_reference, QwenImage21Load, QwenImage21Pipeline,
+    QwenImage21Request,
 };
 use crate::pipeline::FloatImage;
 use crate::rng::Rng;
@@ -26,11 +28,14 @@ use crate::weights::{detect_family, Component, ModelFamily, TensorStore};
 fn open_store(cfg: &RunConfig) -> Result<TensorStore> {
     let m = &cfg.models;
     let mut store = TensorStore::new();
-    let parts: [(&Option<std::path::PathBuf>, &str); 5] = [
+    // Vision weights sit beside the LLM's: a separate file (`--llm_vision`, HF `model.visual.*`
+    // or an mmproj GGUF) reads the same as vision weights inside the LLM file.
+    let parts: [(&Option<std::path::PathBuf>, &str); 6] = [
         (&m.model, ""),
         (&m.diffusion_model, Component::Diffusion.prefix()),
         (&m.t5xxl, Component::T5.prefix()),
         (&m.llm, Component::Llm.prefix()),
+        (&m.llm_vision, Component::Llm.prefix()),
         (&m.vae, Component::Vae.prefix()),
     ];
     for (path, prefix) in parts {
@@ -234,11 +239,13 @@ fn tiling(cfg: &RunConfig) -> Option<TileSettings> {
 
 fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Result<()> {
     let cfg = ctx.cfg;
-    if cfg.inputs.init.is_some() {
-        return Err(Error::Unsupported(
-            "--init-img is not implemented for Qwen Image 2.1 yet".into(),
-        ));
-    }
+    let init_png = cfg.inputs.init.as_deref().map(read_png).transpose()?;
+    let ref_pngs = cfg
+        .inputs
+        .refs
+        .iter()
+        .map(|p| read_png(p))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     let a = &cfg.model_args;
     let requested = match a.qwen_image_2_1_prefix_cache_type {
         PrefixCacheType::Auto => None,
@@ -254,12 +261,19 @@ fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Re
         memory: ctx.memory.clone(),
         prefix_cache: a.qwen_image_2_1_prefix_cache,
         prefix_cache_type: prefix_cache_type(requested, ctx.flash_attn)?,
+        need_encoder: init_png.is_some() || !ref_pngs.is_empty(),
+        need_vision: !ref_pngs.is_empty(),
+        vision_path: cfg.models.llm_vision.as_deref(),
     })?;
     log::debug!("models loaded in {:.2}s", t_load.elapsed().as_secs_f64());
 
-    // The reference pipeline floors the size to a multiple of 32.
+    // Without -W/-H the init image, else the first reference, sets the size (upstream rule);
+    // the reference pipeline floors it to a multiple of 32.
     let mult = pipe.size_multiple() as u32;
-    let (w0, h0) = (cfg.resolved_width(), cfg.resolved_height());
+    let (w0, h0) = match (init_png.as_ref().or(ref_pngs.first()), cfg.size_is_set()) {
+        (Some(img), false) => (img.width, img.height),
+        _ => (cfg.resolved_width(), cfg.resolved_height()),
+    };
     let (width, height) = (w0 / mult * mult, h0 / mult * mult);
     if width == 0 || height == 0 {
         return Err(Error::Flag {
@@ -276,12 +290,40 @@ fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Re
         qwen_image_2_1::schedule_options(),
     );
     let tiling = tiling(cfg);
+    let init_latent = match &init_png {
+        Some(img) => {
+            let t = Instant::now();
+            let prepared = prepare_reference(img, width as usize, height as usize);
+            let x = Planar::new(width as usize, height as usize, 4, prepared.vae_input)?;
+            let z = pipe.encode_image(&x, tiling.as_ref())?;
+            log::debug!("init image encoded in {:.2}s", t.elapsed().as_secs_f64());
+            Some(z)
+        }
+        None => None,
+    };
+    let edit = if ref_pngs.is_empty() {
+        None
+    } else {
+        let t = Instant::now();
+        let e = pipe.prepare_edit(
+            &ref_pngs,
+            (width * height) as usize,
+            cfg.inputs.auto_resize_ref_image,
+            tiling.as_ref(),
+        )?;
+        log::debug!(
+            "{} reference image(s) encoded in {:.2}s",
+            ref_pngs.len(),
+            t.elapsed().as_secs_f64()
+        );
+        Some(e)
+    };
     let batch = Batch {
         width,
         height,
         plan: &plan,
         text_encoders: file_name(&cfg.models.llm).into_iter().collect(),
-        strength: None,
+        strength: init_latent.is_some().then_some(cfg.strength),
     };
     run_batch(ctx, &batch, |i, noise_rng, sampler_rng| {
         pipe.txt2img(QwenImage21Request {
@@ -296,6 +338,8 @@ fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Re
             vae_tiling: tiling.as_ref(),
             // Later images of the batch share the prompts: keep their text K/V.
             keep_prefix_cache: i + 1 < cfg.batch_count,
+            init: init_latent.as_ref().map(|z| (z, cfg.strength)),
+            edit: edit.as_ref(),
         })
     })?;
     pipe.release_prefix_cache();
@@ -305,6 +349,11 @@ fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Re
 fn run_pixart(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Result<()> {
     let cfg = ctx.cfg;
     let a = &cfg.model_args;
+    if !cfg.inputs.refs.is_empty() {
+        return Err(Error::Unsupported(
+            "PixArt does not take reference images (-r); use --init-img for img2img".into(),
+        ));
+    }
     let pipe = PixArtPipeline::load(&PixArtLoad {
         store,
         t5_path: cfg.models.t5xxl.as_deref().or(cfg.models.model.as_deref()),

@@ -7,7 +7,6 @@ use super::config::RunConfig;
 /// Flags that parse but whose feature is not implemented yet. The lead edits this list;
 /// [`unimplemented_flags`] reports the ones a run actually used.
 pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
-    "--ref-image",
     "--img-cfg-scale",
     "--slg-scale",
     "--skip-layers",
@@ -18,7 +17,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--clip_l",
     "--clip_g",
     "--clip_vision",
-    "--llm_vision",
     "--taesd",
     "--mask",
     "--diffusion-conv-direct",

@@ -81,3 +81,15 @@ pub struct StageTimes {
     pub sample: f64,
     pub decode: f64,
 }
+
+/// The tail of the schedule img2img samples along (upstream sd-cli's rule): with `strength`
+/// s over n steps, t = min(floor(s·n), n − 1) and sampling runs the last t + 1 steps; s = 1 is
+/// the whole schedule, s = 0 still runs the final step.
+pub fn img2img_sigmas(sigmas: &[f32], strength: f32) -> Vec<f32> {
+    let steps = sigmas.len().saturating_sub(1);
+    if steps == 0 {
+        return sigmas.to_vec();
+    }
+    let t_enc = ((strength.clamp(0.0, 1.0) * steps as f32) as usize).min(steps - 1);
+    sigmas[steps - t_enc - 1..].to_vec()
+}

@@ -68,6 +68,69 @@ def run(model, x, text, t):
     return out.reshape(b, H, W, C).permute(0, 3, 1, 2).contiguous()
 
 
+def run_refs(model, refs, x, text, pads, t, kv=None):
+    """Edit layout: condition latents `refs` [(1, C, h, w)] whose 2x2 slots sit at the text
+    rows flagged in `pads`, then the target `x`."""
+    tokens = [r.permute(0, 2, 3, 1).reshape(1, -1, C) for r in refs + [x]]
+    shapes = [(1, r.shape[2], r.shape[3]) for r in refs + [x]]
+    img_mask = torch.tensor([pads + [True] * (x.shape[2] * x.shape[3] // 4)])
+    with torch.no_grad():
+        out = model(
+            hidden_states=torch.cat(tokens, 1),
+            encoder_hidden_states=text,
+            timestep=t,
+            img_shapes=[shapes],
+            img_mask=img_mask,
+            return_dict=False,
+        )[0]
+    n = x.shape[2] * x.shape[3]
+    return out[:, -n:].reshape(1, x.shape[2], x.shape[3], C).permute(0, 3, 1, 2).contiguous()
+
+
+def ref_cases(model, g):
+    """`r1`: one 4x4 condition latent (4 slots) after 2 text rows, 3 text rows after it;
+    `r2`: a 2x4 and a 4x2 condition latent (2 slots each) with text between; target 4x6."""
+    out = {}
+    x = torch.randn(1, C, H, W, generator=g)
+    layouts = {
+        "r1": ([(4, 4)], [False, False] + [True] * 4 + [False] * 3),
+        "r2": ([(2, 4), (4, 2)], [False] + [True] * 2 + [False] * 2 + [True] * 2 + [False] * 2),
+    }
+    for name, (sizes, pads) in layouts.items():
+        refs = [torch.randn(1, C, h, w, generator=g) for h, w in sizes]
+        text = torch.randn(1, len(pads), TEXT_DIM, generator=g)
+        t = torch.tensor([0.63])
+        for i, r in enumerate(refs):
+            out[f"{name}.ref{i}"] = r.clone()
+        out[f"{name}.x"] = x.clone()
+        out[f"{name}.text"] = text.clone()
+        out[f"{name}.pads"] = torch.tensor([float(p) for p in pads])
+        out[f"{name}.t"] = t
+        out[f"{name}.out"] = run_refs(model, refs, x, text, pads, t)
+        # Cached decode must agree with the full sequence (diffusers' own cache).
+        from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache
+        cache = QwenImage21KVCache(len(model.transformer_blocks))
+        first = run_refs_kv(model, refs, x, text, pads, t, cache, "extract")
+        second = run_refs_kv(model, refs, x, text, pads, torch.tensor([0.2]), cache, "cached")
+        out[f"{name}.out_t02"] = run_refs(model, refs, x, text, pads, torch.tensor([0.2]))
+        assert (first - out[f"{name}.out"]).abs().max() < 1e-4
+        assert (second - out[f"{name}.out_t02"]).abs().max() < 1e-4
+        print(name, "max |out|", out[f"{name}.out"].abs().max().item())
+    return out
+
+
+def run_refs_kv(model, refs, x, text, pads, t, cache, mode):
+    tokens = [r.permute(0, 2, 3, 1).reshape(1, -1, C) for r in refs + [x]]
+    shapes = [(1, r.shape[2], r.shape[3]) for r in refs + [x]]
+    img_mask = torch.tensor([pads + [True] * (x.shape[2] * x.shape[3] // 4)])
+    with torch.no_grad():
+        out = model(hidden_states=torch.cat(tokens, 1), encoder_hidden_states=text, timestep=t,
+                    img_shapes=[shapes], img_mask=img_mask, kv_cache=cache, kv_cache_mode=mode,
+                    return_dict=False)[0]
+    n = x.shape[2] * x.shape[3]
+    return out[:, -n:].reshape(1, x.shape[2], x.shape[3], C).permute(0, 3, 1, 2).contiguous()
+
+
 def fused(sd):
     out = {}
     for k, v in sd.items():
@@ -107,6 +170,7 @@ def main():
         cases[f"{name}.t"] = t.clone()
         cases[f"{name}.out"] = run(model, x, text, t)
     save_file(cases, f"{OUT_DIR}/cases.safetensors")
+    save_file(ref_cases(model, g), f"{OUT_DIR}/cases_refs.safetensors")
     for k in ("b1", "b2", "b1_late"):
         print(k, "max |out|", cases[f"{k}.out"].abs().max().item())
 

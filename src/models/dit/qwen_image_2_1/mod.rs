@@ -20,12 +20,14 @@
 
 mod blocks;
 mod config;
+pub mod layout;
 pub mod prefix;
 
 pub use config::{
     default_axes_dims, FfnLayout, QwenImage21Config, NORM_EPS, ROPE_THETA, TIME_FREQ_DIM,
 };
-pub use prefix::{PrefixCache, PrefixCacheError};
+pub use layout::{PrefixLayout, Segment};
+pub use prefix::{Condition, PrefixCache, PrefixCacheError};
 
 use crate::ggml::{GgmlType, Ne, Tensor};
 use crate::nn::{self, Linear};
@@ -60,6 +62,11 @@ pub struct QwenImage21Inputs<'g, 'a> {
     /// σ ∈ [0, 1] per batch element (the model multiplies by 1000 internally).
     pub timesteps: &'a [f32],
     pub kv: KvMode<'a>,
+    /// Condition-image latents [W_r, H_r, in_channels, B] in layout order (ignored with
+    /// [`KvMode::Reuse`]).
+    pub refs: &'a [Tensor<'g>],
+    /// Where text rows and condition images sit in the prefix; `None` = the text alone.
+    pub layout: Option<&'a PrefixLayout>,
 }
 
 /// Cache entry names of layer `layer`'s prefix K and V under `key`.
@@ -160,23 +167,40 @@ impl QwenImage21 {
             self.img_in.forward(g, tokens),
         );
 
-        // Text length: from the text input, or from the cached prefix when reusing.
-        let text_len = match (inputs.kv, inputs.text) {
-            (KvMode::Reuse { key }, _) => {
-                let (k_name, _) = cache_names(key, 0);
-                g.cache_get(&k_name)
-                    .ok_or(PrefixCacheError::Missing(k_name))?
-                    .ne()[1]
+        // Prefix length: from the layout, or from the cached prefix when reusing.
+        let half = c.head_dim / 2;
+        let text_only;
+        let layout = match (inputs.layout, inputs.text) {
+            (Some(l), _) => l,
+            (None, Some(t)) => {
+                text_only = PrefixLayout::text_only(t.ne()[1]);
+                &text_only
             }
-            (_, Some(t)) => t.ne()[1],
-            (_, None) => {
-                return Err(PrefixCacheError::Inputs(
-                    "text hidden states are required unless reusing a cached prefix".into(),
-                ))
+            (None, None) => {
+                let (k_name, _) = cache_names(
+                    match inputs.kv {
+                        KvMode::Reuse { key } => key,
+                        _ => {
+                            return Err(PrefixCacheError::Inputs(
+                                "text hidden states are required unless reusing a cached prefix"
+                                    .into(),
+                            ))
+                        }
+                    },
+                    0,
+                );
+                let l = g
+                    .cache_get(&k_name)
+                    .ok_or(PrefixCacheError::Missing(k_name))?
+                    .ne()[1];
+                text_only = PrefixLayout::text_only(l);
+                &text_only
             }
         };
-        let half = c.head_dim / 2;
-        let (img_cos, img_sin) = image_rope(c, text_len, h, w);
+        let text_len = layout.len();
+        let (prefix_pos, target_frame) = layout.positions();
+        let (img_cos, img_sin) =
+            nn::rope_table(&layout::image_positions(target_frame, h, w), &c.axes_dims, ROPE_THETA);
         let img_cos = g.input_f32("qwen21.img_cos", [half, n, 1, 1], img_cos);
         let img_sin = g.input_f32("qwen21.img_sin", [half, n, 1, 1], img_sin);
 
@@ -184,29 +208,36 @@ impl QwenImage21 {
         let mut txt_rope = None;
         let mut mask = None;
         if !matches!(inputs.kv, KvMode::Reuse { .. }) {
-            let text = inputs.text.expect("checked above");
+            let text = inputs.text.ok_or_else(|| {
+                PrefixCacheError::Inputs(
+                    "text hidden states are required unless reusing a cached prefix".into(),
+                )
+            })?;
             let [td, l, tb, _] = text.ne();
-            if td != c.text_dim || tb != b {
+            if td != c.text_dim || tb != b || l != layout.text_rows() {
                 return Err(PrefixCacheError::Inputs(format!(
-                    "text {:?}: expected [{}, L, {b}]",
+                    "text {:?}: expected [{}, {}, {b}]",
                     text.ne(),
-                    c.text_dim
+                    c.text_dim,
+                    layout.text_rows()
                 )));
             }
             let w1 = g.scale_bias(g.param(self.text_norm), 1.0, 1.0);
             let t = g.mul(g.rms_norm(text, NORM_EPS), w1);
             let t = nn::gelu_tanh(g, self.txt_in_1.forward(g, t));
-            x_txt = Some(g.cut(
-                &format!("{CUT_PREFIX}.prelude"),
-                "txt",
-                self.txt_in_2.forward(g, t),
-            ));
-            let (cos, sin) = text_rope(c, l);
+            let t = self.txt_in_2.forward(g, t);
+            let prefix = self.assemble_prefix(g, layout, t, inputs.refs)?;
+            x_txt = Some(g.cut(&format!("{CUT_PREFIX}.prelude"), "txt", prefix));
+            let (cos, sin) = nn::rope_table(&prefix_pos, &c.axes_dims, ROPE_THETA);
             txt_rope = Some((
-                g.input_f32("qwen21.txt_cos", [half, l, 1, 1], cos),
-                g.input_f32("qwen21.txt_sin", [half, l, 1, 1], sin),
+                g.input_f32("qwen21.txt_cos", [half, text_len, 1, 1], cos),
+                g.input_f32("qwen21.txt_sin", [half, text_len, 1, 1], sin),
             ));
-            mask = Some(g.input_f32("qwen21.causal_mask", [l, l, 1, 1], causal_mask(l)));
+            mask = Some(g.input_f32(
+                "qwen21.prefix_mask",
+                [text_len, text_len, 1, 1],
+                layout.mask(),
+            ));
         }
 
         for (i, block) in self.blocks.iter().enumerate() {
@@ -275,6 +306,59 @@ impl QwenImage21 {
     }
 }
 
+impl QwenImage21 {
+    /// The prefix tokens [D, len, B]: embedded text rows and condition-image tokens in
+    /// layout order.
+    fn assemble_prefix<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        layout: &PrefixLayout,
+        text: Tensor<'g>,
+        refs: &[Tensor<'g>],
+    ) -> Result<Tensor<'g>, PrefixCacheError> {
+        if refs.len() != layout.images() {
+            return Err(PrefixCacheError::Inputs(format!(
+                "{} reference latents for a prompt encoded with {} images",
+                refs.len(),
+                layout.images()
+            )));
+        }
+        let [d, l, b, _] = text.ne();
+        let es = 4;
+        let mut parts = Vec::with_capacity(layout.segments().len());
+        for s in layout.segments() {
+            match *s {
+                Segment::Text { ref rows } if rows.len() == l => parts.push(text),
+                Segment::Text { ref rows } => parts.push(g.cont(g.view(
+                    text,
+                    [d, rows.len(), b, 1],
+                    [d * es, d * l * es, d * l * b * es],
+                    rows.start * d * es,
+                ))),
+                Segment::Image { index, h, w } => {
+                    let r = refs[index];
+                    let [rw, rh, rc, rb] = r.ne();
+                    if (rw, rh, rc, rb) != (w, h, self.config.in_channels, b) {
+                        return Err(PrefixCacheError::Inputs(format!(
+                            "reference latent {} is {:?}; the layout expects [{w}, {h}, {}, {b}]",
+                            index + 1,
+                            r.ne(),
+                            self.config.in_channels
+                        )));
+                    }
+                    let tokens = g.reshape(g.cont(g.permute(r, [1, 2, 0, 3])), [rc, w * h, b, 1]);
+                    parts.push(self.img_in.forward(g, tokens));
+                }
+            }
+        }
+        let mut it = parts.into_iter();
+        let first = it
+            .next()
+            .ok_or_else(|| PrefixCacheError::Inputs("empty prefix".into()))?;
+        Ok(it.fold(first, |acc, p| g.concat(acc, p, 1)))
+    }
+}
+
 /// The four modulation rows for batch columns `first .. first + count` of `mods` [4D, ·],
 /// each [D, 1, count]: `1 + scale` and `tanh(gate)`.
 fn modulation_rows<'g>(
@@ -300,37 +384,4 @@ fn modulation_rows<'g>(
         scale2: g.scale_bias(row(2), 1.0, 1.0),
         gate2: g.tanh(row(3)),
     }
-}
-
-/// Rope (cos, sin) for text tokens 0..l at positions (j, j, j).
-fn text_rope(c: &QwenImage21Config, l: usize) -> (Vec<f32>, Vec<f32>) {
-    let pos: Vec<Vec<f32>> = (0..l).map(|j| vec![j as f32; 3]).collect();
-    nn::rope_table(&pos, &c.axes_dims, ROPE_THETA)
-}
-
-/// Rope (cos, sin) for an h×w image after `text_len` text tokens: frame = text_len,
-/// height h' − (h − h/2), width w' − (w − w/2) (centred, negative first), raster order.
-fn image_rope(c: &QwenImage21Config, text_len: usize, h: usize, w: usize) -> (Vec<f32>, Vec<f32>) {
-    let (h0, w0) = ((h - h / 2) as f32, (w - w / 2) as f32);
-    let mut pos = Vec::with_capacity(h * w);
-    for y in 0..h {
-        for x in 0..w {
-            pos.push(vec![text_len as f32, y as f32 - h0, x as f32 - w0]);
-        }
-    }
-    nn::rope_table(&pos, &c.axes_dims, ROPE_THETA)
-}
-
-/// Additive causal mask [l keys, l queries]: query q sees keys 0..=q.
-fn causal_mask(l: usize) -> Vec<f32> {
-    (0..l * l)
-        .map(|i| {
-            let (key, query) = (i % l, i / l);
-            if key > query {
-                f32::NEG_INFINITY
-            } else {
-                0.0
-            }
-        })
-        .collect()
 }

@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 
 use thiserror::Error;
 
-use super::{cache_names, KvMode, QwenImage21, QwenImage21Config, QwenImage21Inputs};
+use super::{cache_names, KvMode, PrefixLayout, QwenImage21, QwenImage21Config, QwenImage21Inputs};
 use crate::ggml::{GgmlType, Ne};
 use crate::runner::{HostTensor, Runner, RunnerError};
 
@@ -143,13 +143,40 @@ impl PrefixCache {
     }
 }
 
-fn fingerprint(t: &HostTensor) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    t.ne.hash(&mut h);
-    for v in &t.data {
-        v.to_bits().hash(&mut h);
+/// What the prefix is made of: the text encoder's rows and, for editing, the condition
+/// images' latents [W_r, H_r, C, B] with the layout that places them.
+#[derive(Clone, Copy)]
+pub struct Condition<'a> {
+    pub text: &'a HostTensor,
+    pub refs: &'a [HostTensor],
+    /// `None` = the text alone.
+    pub layout: Option<&'a PrefixLayout>,
+}
+
+impl<'a> Condition<'a> {
+    pub fn text(text: &'a HostTensor) -> Self {
+        Self {
+            text,
+            refs: &[],
+            layout: None,
+        }
     }
-    h.finish()
+
+    fn prefix_len(&self) -> usize {
+        self.layout.map_or(self.text.ne[1], PrefixLayout::len)
+    }
+
+    fn fingerprint(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for t in std::iter::once(self.text).chain(self.refs) {
+            t.ne.hash(&mut h);
+            for v in &t.data {
+                v.to_bits().hash(&mut h);
+            }
+        }
+        self.layout.hash(&mut h);
+        h.finish()
+    }
 }
 
 impl QwenImage21 {
@@ -164,12 +191,25 @@ impl QwenImage21 {
         timesteps: &[f32],
         cache: Option<(&PrefixCache, &str)>,
     ) -> Result<HostTensor, PrefixCacheError> {
-        let [_, l, b, _] = text.ne;
+        self.velocity_for(runner, latent, &Condition::text(text), timesteps, cache)
+    }
+
+    /// [`QwenImage21::velocity`] for a prefix of text and condition images.
+    pub fn velocity_for(
+        &self,
+        runner: &Runner,
+        latent: &HostTensor,
+        condition: &Condition<'_>,
+        timesteps: &[f32],
+        cache: Option<(&PrefixCache, &str)>,
+    ) -> Result<HostTensor, PrefixCacheError> {
+        let l = condition.prefix_len();
+        let b = condition.text.ne[2];
         let active = cache.filter(|(c, _)| !c.is_disabled());
         let mode = match active {
             None => Mode::Full,
             Some((c, cond)) => {
-                let fp = fingerprint(text);
+                let fp = condition.fingerprint();
                 let same = c.fingerprints.borrow().get(cond) == Some(&fp);
                 if same && c.is_complete(runner, &self.config, cond, l, b) {
                     Mode::Reuse
@@ -187,7 +227,7 @@ impl QwenImage21 {
             Mode::Store => KvMode::Store { key: &key, ty },
             Mode::Reuse => KvMode::Reuse { key: &key },
         };
-        let result = self.run_once(runner, latent, text, timesteps, kv);
+        let result = self.run_once(runner, latent, condition, timesteps, kv);
         match (result, active) {
             (Err(PrefixCacheError::Runner(e)), Some((c, _))) if e.is_alloc_failure() => {
                 c.clear(runner);
@@ -196,7 +236,7 @@ impl QwenImage21 {
                     "Qwen Image 2.1: not enough memory for prefix caching ({e}); retrying \
                      without it for this sampling run"
                 );
-                self.run_once(runner, latent, text, timesteps, KvMode::Full)
+                self.run_once(runner, latent, condition, timesteps, KvMode::Full)
             }
             (Ok(out), Some((c, cond))) if mode == Mode::Store => {
                 if c.is_complete(runner, &self.config, cond, l, b) {
@@ -223,18 +263,31 @@ impl QwenImage21 {
         &self,
         runner: &Runner,
         latent: &HostTensor,
-        text: &HostTensor,
+        condition: &Condition<'_>,
         timesteps: &[f32],
         kv: KvMode<'_>,
     ) -> Result<HostTensor, PrefixCacheError> {
         let mut error = None;
         let reuse = matches!(kv, KvMode::Reuse { .. });
+        let text = condition.text;
         let out = runner.compute(|g| {
+            let refs: Vec<_> = if reuse {
+                Vec::new()
+            } else {
+                condition
+                    .refs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| g.input_f32(&format!("qwen21.ref{i}"), r.ne, r.data.clone()))
+                    .collect()
+            };
             let inputs = QwenImage21Inputs {
                 latent: g.input_f32("qwen21.latent", latent.ne, latent.data.clone()),
                 text: (!reuse).then(|| g.input_f32("qwen21.text", text.ne, text.data.clone())),
                 timesteps,
                 kv,
+                refs: &refs,
+                layout: condition.layout,
             };
             match self.forward(g, &inputs) {
                 Ok(y) => vec![y],

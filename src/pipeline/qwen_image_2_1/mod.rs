@@ -20,13 +20,15 @@ use crate::app::{BackendPlan, Module};
 use crate::error::{Error, Result};
 use crate::ggml::GgmlType;
 use crate::models::dit::qwen_image_2_1::{
-    PrefixCache, PrefixCacheError, QwenImage21, QwenImage21Config,
+    Condition, PrefixCache, PrefixCacheError, PrefixLayout, QwenImage21, QwenImage21Config,
 };
 use crate::models::te::qwen3::{
     encode_qwen_image_21, qwen3_hparams, Qwen3Config, Qwen3Source, Qwen3TextModel,
 };
 use crate::models::vae::qwen_image_2_1_vae::{LatentStats, QwenImage21Vae, QwenImage21VaeConfig};
-use crate::models::vae::tiling::{decode_with_retry, tiled_decode, Planar, TileSettings};
+use crate::models::vae::tiling::{
+    decode_with_retry, plan_tiles, tiled_decode, tiled_encode, Planar, TileSettings,
+};
 use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::runner::{
@@ -43,6 +45,11 @@ use crate::tokenizers::{
 use crate::weights::{Component, TensorStore};
 
 use super::FloatImage;
+
+mod edit;
+mod refs;
+pub use edit::EditInputs;
+pub use refs::{calculate_dimensions, prepare_reference, reference_size, PreparedRef};
 
 /// Defaults of upstream sd-cli for this family: Euler on the `flux` schedule with the Qwen
 /// Image 2.1 parameters ([`schedule_options`]).
@@ -96,6 +103,12 @@ pub struct QwenImage21Load<'a> {
     pub prefix_cache: bool,
     /// Storage type of the cached K/V (see [`prefix_cache_type`]).
     pub prefix_cache_type: GgmlType,
+    /// Build the VAE encoder (for `--init-img` and reference images).
+    pub need_encoder: bool,
+    /// Load the Qwen3-VL vision tower (for reference images).
+    pub need_vision: bool,
+    /// The `--llm_vision` file, if any (its folder may hold `preprocessor_config.json`).
+    pub vision_path: Option<&'a Path>,
 }
 
 /// One image request.
@@ -115,6 +128,13 @@ pub struct QwenImage21Request<'a> {
     /// Keep the cached text prefixes after this image (the next image reuses them when its
     /// prompts are the same); otherwise they are freed when sampling ends.
     pub keep_prefix_cache: bool,
+    /// img2img: the init image's latent in transformer space ([`encode_image`]) and
+    /// `--strength`.
+    ///
+    /// [`encode_image`]: QwenImage21Pipeline::encode_image
+    pub init: Option<(&'a Planar, f32)>,
+    /// Editing: the prepared reference images ([`QwenImage21Pipeline::prepare_edit`]).
+    pub edit: Option<&'a EditInputs>,
 }
 
 pub struct QwenImage21Pipeline {
@@ -129,6 +149,9 @@ pub struct QwenImage21Pipeline {
     cache: Option<PrefixCache>,
     /// Prompt → embedding of the last request (reused across --batch-count images).
     embeds: RefCell<Vec<(String, HostTensor)>>,
+    vision: Option<edit::Vision>,
+    /// (references, prompt) → edit embedding and image-slot mask, as `embeds`.
+    edit_embeds: RefCell<Vec<(String, (HostTensor, Vec<bool>))>>,
 }
 
 fn missing(what: &str, flag: &str) -> Error {
@@ -247,6 +270,21 @@ impl QwenImage21Pipeline {
         bar.tick();
         let te_runner = Runner::new("qwen3", backend, Some(te_weights), run_opts());
         let tokenizer = load_tokenizer(store, opts.llm_path, opts.tokenizer_path)?;
+        let vision = if opts.need_vision {
+            let files: Vec<&Path> = opts.vision_path.into_iter().chain(opts.llm_path).collect();
+            let backend = opts.backends.backend(Module::TextEncoder)?;
+            let v = edit::Vision::load(store, &files, backend, run_opts(), &opts.memory)?;
+            if v.out_hidden() != te.config().hidden {
+                return Err(Error::Unsupported(format!(
+                    "the vision tower's output size {} does not match the LLM's hidden size {}",
+                    v.out_hidden(),
+                    te.config().hidden
+                )));
+            }
+            Some(v)
+        } else {
+            None
+        };
 
         // VAE (decoder only; its convolutions keep the file's float type).
         if store.with_prefix(Component::Vae.prefix()).next().is_none() {
@@ -260,7 +298,13 @@ impl QwenImage21Pipeline {
                 "the VAE file has no decoder weights".into(),
             ));
         }
-        vae_config.encoder = false;
+        if opts.need_encoder && !vae_config.encoder {
+            return Err(Error::Unsupported(
+                "--init-img and -r need a VAE with an encoder, but the VAE file has only a decoder"
+                    .into(),
+            ));
+        }
+        vae_config.encoder = opts.need_encoder;
         let stats = match component_config(store, Component::Vae)
             .and_then(LatentStats::from_diffusers_config)
         {
@@ -297,6 +341,8 @@ impl QwenImage21Pipeline {
             stats,
             cache,
             embeds: RefCell::new(Vec::new()),
+            vision,
+            edit_embeds: RefCell::new(Vec::new()),
         })
     }
 
@@ -332,6 +378,18 @@ impl QwenImage21Pipeline {
         Ok(t)
     }
 
+    /// The transformer condition of `prompt` (with the references when editing).
+    fn condition(&self, prompt: &str, edit: Option<&EditInputs>) -> Result<PromptCondition> {
+        if let Some(e) = edit.filter(|e| !e.is_empty()) {
+            return self.edit_condition(prompt, e);
+        }
+        Ok(PromptCondition {
+            text: self.encode_prompt(prompt)?,
+            refs: Vec::new(),
+            layout: None,
+        })
+    }
+
     /// Generates one image; returns it in [0, 1] as RGBA [W, H, 4].
     pub fn txt2img(&self, req: QwenImage21Request<'_>) -> Result<FloatImage> {
         let tiling = req.vae_tiling;
@@ -359,10 +417,10 @@ impl QwenImage21Pipeline {
     pub fn sample(&self, req: QwenImage21Request<'_>) -> Result<Planar> {
         super::check_size(req.width, req.height, SIZE_MULTIPLE)?;
         let t0 = Instant::now();
-        let cond = self.encode_prompt(req.prompt)?;
+        let cond = self.condition(req.prompt, req.edit)?;
         let use_cfg = req.cfg_scale != 1.0;
         let uncond = if use_cfg {
-            Some(self.encode_prompt(req.negative_prompt)?)
+            Some(self.condition(req.negative_prompt, req.edit)?)
         } else {
             None
         };
@@ -377,9 +435,22 @@ impl QwenImage21Pipeline {
         if plan.schedule_opts.flux == FluxScheduleParams::FLUX {
             plan.schedule_opts.flux = FluxScheduleParams::QWEN_IMAGE_2_1;
         }
-        let sigmas = plan.sigmas(&schedule)?;
+        let mut sigmas = plan.sigmas(&schedule)?;
         let noise = req.noise_rng.randn(tokens * c);
-        let x0 = schedule.noise_scaling(sigmas[0], &noise, &vec![0.0; noise.len()])?;
+        let start = match req.init {
+            None => vec![0.0; noise.len()],
+            Some((latent, strength)) => {
+                if (latent.w, latent.h, latent.c) != (lw, lh, c) {
+                    return Err(Error::Unsupported(format!(
+                        "init image latent is {}x{}x{}, expected {lw}x{lh}x{c}",
+                        latent.w, latent.h, latent.c
+                    )));
+                }
+                sigmas = super::img2img_sigmas(&sigmas, strength);
+                latent.data.clone()
+            }
+        };
+        let x0 = schedule.noise_scaling(sigmas[0], &noise, &start)?;
 
         let t1 = Instant::now();
         let steps = sigmas.len().saturating_sub(1);
@@ -458,21 +529,82 @@ impl QwenImage21Pipeline {
         Ok(Planar::new(t.ne[0], t.ne[1], t.ne[2], t.data)?)
     }
 
-    fn velocity(&self, x: &HostTensor, text: &HostTensor, t: f32, cond: &str) -> Result<Vec<f32>> {
-        let cache = self.cache.as_ref().map(|c| (c, cond));
+    /// Encodes an image ([W, H, C] planar in [−1, 1], C = the VAE's input channels; W, H
+    /// multiples of 16) to its latent in transformer space (`(mean − μ) / σ`), [W/16, H/16,
+    /// z]. Tiles when asked.
+    pub fn encode_image(&self, x: &Planar, tiling: Option<&TileSettings>) -> Result<Planar> {
+        if !self.vae.has_encoder() {
+            return Err(Error::Unsupported(
+                "the VAE was loaded without its encoder".into(),
+            ));
+        }
+        self.vae.check_encode_size(x.w, x.h)?;
+        let want = self.vae.config().in_channels;
+        if x.c != want {
+            return Err(Error::Unsupported(format!(
+                "the VAE encodes {want}-channel images, got {}",
+                x.c
+            )));
+        }
+        let scale = self.vae.scale_factor();
+        let mean = match tiling {
+            Some(settings) => {
+                let grid = plan_tiles(x.w, x.h, scale, settings)?;
+                if grid.is_single() {
+                    self.encode_one(x)?
+                } else {
+                    let mut bar = Progress::new("encoding", grid.len());
+                    tiled_encode(x, scale, &grid, |t| self.encode_one(t), |i, _| bar.set(i))?
+                }
+            }
+            None => self.encode_one(x)?,
+        };
+        let mut z = HostTensor::new([mean.w, mean.h, mean.c, 1], mean.data)
+            .ok_or_else(|| Error::Unsupported("latent shape".into()))?;
+        self.stats.normalize(&mut z)?;
+        Ok(Planar::new(mean.w, mean.h, mean.c, z.data)?)
+    }
+
+    fn encode_one(&self, x: &Planar) -> Result<Planar> {
+        let ne = [x.w, x.h, x.c, 1];
+        let mut out = self
+            .vae_runner
+            .compute(|g| vec![self.vae.encode(g, g.input_f32("vae.x", ne, x.data.clone()))])?;
+        let t = out
+            .pop()
+            .ok_or_else(|| Error::Runner(RunnerError::Internal("VAE encode: no output".into())))?;
+        Ok(Planar::new(t.ne[0], t.ne[1], t.ne[2], t.data)?)
+    }
+
+    fn velocity(&self, x: &HostTensor, cond: &PromptCondition, t: f32, name: &str) -> Result<Vec<f32>> {
+        let cache = self.cache.as_ref().map(|c| (c, name));
+        let condition = Condition {
+            text: &cond.text,
+            refs: &cond.refs,
+            layout: cond.layout.as_ref(),
+        };
         let out = self
             .dit
-            .velocity(&self.dit_runner, x, text, &[t], cache)
+            .velocity_for(&self.dit_runner, x, &condition, &[t], cache)
             .map_err(cache_err)?;
         Ok(out.data)
     }
 }
 
+/// One condition of the transformer: the prompt's encoder rows, and for editing the
+/// reference latents (transformer space, [w, h, C, 1]) with the layout that places them.
+#[derive(Clone)]
+pub struct PromptCondition {
+    pub text: HostTensor,
+    pub refs: Vec<HostTensor>,
+    pub layout: Option<PrefixLayout>,
+}
+
 struct Denoiser<'a> {
     pipe: &'a QwenImage21Pipeline,
     schedule: &'a ModelSchedule,
-    cond: &'a HostTensor,
-    uncond: Option<&'a HostTensor>,
+    cond: &'a PromptCondition,
+    uncond: Option<&'a PromptCondition>,
     lat: [usize; 4],
     cfg_scale: f32,
     progress: &'a mut Progress,

@@ -1,0 +1,260 @@
+//! Editing with reference images: each `-r` image is resized once ([`super::refs`]), VAE-encoded
+//! into latent tokens for the transformer's prefix, and read by the Qwen3-VL vision tower whose
+//! embeddings fill the prompt's `<|image_pad|>` slots (diffusers `QwenImage21Pipeline` with
+//! `image=`). Both conditions of CFG see the same references.
+
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::image_io::Image;
+use crate::models::dit::qwen_image_2_1::PrefixLayout;
+use crate::models::te::qwen3::{encode_qwen_image_21_edit, VisionEmbeds};
+use crate::models::te::qwen3_vl_vision::{
+    encode_image as encode_vision, qwen3_vl_vision_hparams, Qwen3VlVision, Qwen3VlVisionConfig,
+    Qwen3VlVisionSource, VisionPreprocessConfig,
+};
+use crate::models::vae::tiling::{Planar, TileSettings};
+use crate::progress::Progress;
+use crate::runner::{HostTensor, Runner, WeightLoader};
+use crate::weights::{Component, TensorStore};
+
+use super::refs::{prepare_reference, reference_size};
+use super::{PromptCondition, QwenImage21Pipeline};
+
+/// The vision tower with its image-processor settings.
+pub(super) struct Vision {
+    model: Qwen3VlVision,
+    runner: Runner,
+    preprocess: VisionPreprocessConfig,
+}
+
+/// Everything the references contribute to a run, computed once for all its images.
+pub struct EditInputs {
+    /// Reference latents in transformer space, [w, h, C, 1] each.
+    latents: Vec<HostTensor>,
+    /// Vision-tower outputs per reference.
+    vision: Vec<VisionEmbeds>,
+    /// Fingerprint of the above (prompt embeddings are memoised per prompt and references).
+    id: u64,
+}
+
+impl EditInputs {
+    /// Number of reference images.
+    pub fn len(&self) -> usize {
+        self.latents.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.latents.is_empty()
+    }
+
+    /// Reference `i`'s latent in transformer space, [w, h, C, 1].
+    pub fn latent(&self, i: usize) -> &HostTensor {
+        &self.latents[i]
+    }
+
+    /// Latent (h, w) of each reference.
+    pub fn latent_sizes(&self) -> Vec<(usize, usize)> {
+        self.latents.iter().map(|l| (l.ne[1], l.ne[0])).collect()
+    }
+
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// The image-processor settings: `preprocessor_config.json` beside the vision (or LLM) file,
+/// else mmproj GGUF metadata, else Qwen3-VL's released values.
+fn preprocess_config(store: &TensorStore, files: &[&Path]) -> Result<VisionPreprocessConfig> {
+    for f in files {
+        if let Some(json) = f.parent().map(|d| d.join("preprocessor_config.json")) {
+            if json.is_file() {
+                log::debug!("vision preprocessing: {}", json.display());
+                return VisionPreprocessConfig::from_json_file(&json)
+                    .map_err(|e| Error::Unsupported(e.to_string()));
+            }
+        }
+    }
+    let mut cfg = VisionPreprocessConfig::default();
+    for f in store
+        .files()
+        .iter()
+        .filter(|f| f.prefix == Component::Llm.prefix())
+    {
+        cfg = cfg
+            .with_gguf(&f.gguf)
+            .map_err(|reason| Error::Model {
+                path: f.path.clone(),
+                reason,
+            })?;
+    }
+    Ok(cfg)
+}
+
+impl Vision {
+    /// Loads the vision tower found under the LLM's component prefix (a `--llm_vision` file
+    /// or vision weights inside the LLM file).
+    pub(super) fn load(
+        store: &TensorStore,
+        files: &[&Path],
+        backend: std::rc::Rc<crate::ggml::Backend>,
+        opts: crate::runner::RunOptions,
+        memory: &crate::runner::MemoryOptions,
+    ) -> Result<Self> {
+        let src = Qwen3VlVisionSource::new(store, Component::Llm.prefix());
+        let loader = WeightLoader::new(&src, None);
+        let hp = qwen3_vl_vision_hparams(store, Component::Llm.prefix());
+        let config = Qwen3VlVisionConfig::detect(&loader.root(""), &hp).map_err(|e| {
+            Error::Unsupported(format!(
+                "Qwen Image 2.1 editing needs the Qwen3-VL vision weights (pass --llm_vision \
+                 with the mmproj GGUF or the vision safetensors, or an LLM file that holds \
+                 them): {e}"
+            ))
+        })?;
+        log::debug!("qwen3-vl vision: {config:?}");
+        let model = Qwen3VlVision::new(&loader.root(""), config)?;
+        let weights = loader.finish_for(&backend, "qwen3vl_vision", memory)?;
+        Ok(Self {
+            model,
+            runner: Runner::new("qwen3vl_vision", backend, Some(weights), opts),
+            preprocess: preprocess_config(store, files)?,
+        })
+    }
+
+    pub(super) fn out_hidden(&self) -> usize {
+        self.model.config().out_hidden
+    }
+
+    /// The vision embeddings of an RGB image (already at a multiple of patch × merge).
+    fn encode(&self, index: usize, rgb: &[u8], width: usize, height: usize) -> Result<VisionEmbeds> {
+        let p = &self.preprocess;
+        let (th, tw) = p
+            .target_size(height, width)
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        if (tw, th) != (width, height) {
+            // transformers would resize to (tw, th) and then disagree with the latent slots;
+            // upstream feeds the reference as is, which the tower handles at any grid.
+            log::warn!(
+                "reference image {}: the vision preprocessor would resize {width}x{height} to \
+                 {tw}x{th} (min/max pixels {}..{}); encoding it at {width}x{height} so its \
+                 tokens match the latent",
+                index + 1,
+                p.min_pixels,
+                p.max_pixels
+            );
+        }
+        let (patches, [_, gh, gw]) = p
+            .patchify(rgb, width, height)
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let out = encode_vision(&self.runner, &self.model, &patches, gh, gw)
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let m = p.merge_size;
+        Ok(VisionEmbeds {
+            embeds: out.embeds,
+            deepstack: out.deepstack,
+            grid_h: gh / m,
+            grid_w: gw / m,
+        })
+    }
+}
+
+impl QwenImage21Pipeline {
+    /// Prepares reference images for editing: sizes from `target_area` (or their own with
+    /// `auto_resize` off), Lanczos resize, VAE latents (tiled when asked) and vision
+    /// embeddings.
+    pub fn prepare_edit(
+        &self,
+        refs: &[Image],
+        target_area: usize,
+        auto_resize: bool,
+        tiling: Option<&TileSettings>,
+    ) -> Result<EditInputs> {
+        let vision = self.vision.as_ref().ok_or_else(|| {
+            Error::Unsupported(
+                "reference images need the Qwen3-VL vision weights: load the pipeline with \
+                 vision enabled"
+                    .into(),
+            )
+        })?;
+        let mut latents = Vec::with_capacity(refs.len());
+        let mut embeds = Vec::with_capacity(refs.len());
+        let mut bar = Progress::new("reference images", refs.len());
+        for (i, img) in refs.iter().enumerate() {
+            let (w, h) = reference_size(i, img, target_area, auto_resize)?;
+            log::debug!(
+                "reference image {}: {}x{} -> {w}x{h}",
+                i + 1,
+                img.width,
+                img.height
+            );
+            let p = prepare_reference(img, w, h);
+            let x = Planar::new(w, h, 4, p.vae_input)?;
+            let z = self.encode_image(&x, tiling)?;
+            embeds.push(vision.encode(i, &p.vision_rgb, w, h)?);
+            latents.push(
+                HostTensor::new([z.w, z.h, z.c, 1], z.data)
+                    .ok_or_else(|| Error::Unsupported("reference latent shape".into()))?,
+            );
+            bar.set(i + 1);
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for l in &latents {
+            l.ne.hash(&mut hasher);
+            l.data.iter().for_each(|v| v.to_bits().hash(&mut hasher));
+        }
+        for e in &embeds {
+            e.embeds.data.iter().for_each(|v| v.to_bits().hash(&mut hasher));
+        }
+        Ok(EditInputs {
+            latents,
+            vision: embeds,
+            id: hasher.finish(),
+        })
+    }
+
+    /// The transformer condition of `prompt` with the references: the edit template through
+    /// the encoder with the vision embeddings in its slots, and the layout placing each
+    /// reference's latent tokens there.
+    pub(super) fn edit_condition(&self, prompt: &str, edit: &EditInputs) -> Result<PromptCondition> {
+        let (text, pads) = self.edit_embedding(prompt, edit)?;
+        let layout = PrefixLayout::from_pad_mask(&pads, &edit.latent_sizes())
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        Ok(PromptCondition {
+            text,
+            refs: edit.latents.clone(),
+            layout: Some(layout),
+        })
+    }
+
+    /// The edit prompt embedding [hidden, L] (system rows dropped) and which of its rows are
+    /// image slots.
+    pub fn edit_embedding(&self, prompt: &str, edit: &EditInputs) -> Result<(HostTensor, Vec<bool>)> {
+        let memo_key = format!("{:016x}\u{0}{prompt}", edit.id());
+        let cached = self
+            .edit_embeds
+            .borrow()
+            .iter()
+            .find(|(k, _)| *k == memo_key)
+            .map(|(_, v)| v.clone());
+        let (text, pads) = match cached {
+            Some(v) => v,
+            None => {
+                let v = encode_qwen_image_21_edit(
+                    &self.te_runner,
+                    &self.te,
+                    &self.tokenizer,
+                    prompt,
+                    &edit.vision,
+                )?;
+                let mut memo = self.edit_embeds.borrow_mut();
+                if memo.len() >= 2 {
+                    memo.remove(0);
+                }
+                memo.push((memo_key, v.clone()));
+                v
+            }
+        };
+        Ok((text, pads))
+    }
+}

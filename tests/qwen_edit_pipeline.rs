@@ -1,0 +1,271 @@
+//! Qwen Image 2.1 editing with reference images against diffusers' `QwenImage21Pipeline(image=…)`
+//! on a tiny random-weight model with a real Qwen3-VL vision tower
+//! (tests/reference/qwen_edit_pipeline_fixtures.py): reference latents, the prompt embedding
+//! with vision embeddings in its slots and the slot mask, the final latent, the decoded RGBA
+//! image, and the PNG written by `sd-cli -r`. Runs: one RGB reference (`one`) and an RGB plus
+//! an RGBA reference with varied alpha (`two`); 96x64 target, true CFG 4 with a negative
+//! prompt, 4 Euler steps, seed 42 on torch's CPU generator.
+//! Tolerances: reference latents and embeddings 1e-4 × scale; latent and image 1e-3 × scale;
+//! PNG PSNR ≥ 40 dB; cache on vs off 1e-4 × scale.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+use sd_cli::app::BackendPlan;
+use sd_cli::ggml::GgmlType;
+use sd_cli::image_io::{read_png, Image};
+use sd_cli::pipeline::qwen_image_2_1::{
+    schedule_options, EditInputs, QwenImage21Load, QwenImage21Pipeline, QwenImage21Request,
+    DEFAULT_SAMPLER, DEFAULT_SCHEDULE,
+};
+use sd_cli::rng::RngKind;
+use sd_cli::runner::HostTensor;
+use sd_cli::sampling::SamplingPlan;
+use sd_cli::weights::{Component, TensorStore};
+
+const PROMPT: &str = "change 'qwen2.1.cpp' to 'sd.cpp'";
+const NEGATIVE: &str = "blurry, low quality";
+const RUNS: [(&str, &[&str]); 2] = [
+    ("one", &["ref_rgb.png"]),
+    ("two", &["ref_rgb.png", "ref_rgba.png"]),
+];
+
+fn dir() -> PathBuf {
+    fixture_path("qwen_edit_pipeline")
+}
+
+fn store(vision: bool) -> TensorStore {
+    let d = dir();
+    let mut s = TensorStore::new();
+    s.add_file(
+        &d.join("diffusion_model.safetensors"),
+        Component::Diffusion.prefix(),
+    )
+    .unwrap();
+    s.add_file(&d.join("llm.safetensors"), Component::Llm.prefix())
+        .unwrap();
+    if vision {
+        s.add_file(&d.join("llm_vision.safetensors"), Component::Llm.prefix())
+            .unwrap();
+    }
+    s.add_file(&d.join("vae.safetensors"), Component::Vae.prefix())
+        .unwrap();
+    s
+}
+
+fn load(store: &TensorStore, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
+    let llm = dir().join("llm.safetensors");
+    let vision = dir().join("llm_vision.safetensors");
+    QwenImage21Pipeline::load(&QwenImage21Load {
+        store,
+        llm_path: Some(&llm),
+        tokenizer_path: None,
+        wtype: None,
+        flash_attn: false,
+        backends: plan,
+        memory: sd_cli::runner::MemoryOptions::default(),
+        prefix_cache: cache,
+        prefix_cache_type: GgmlType::F32,
+        need_encoder: true,
+        need_vision: true,
+        vision_path: Some(&vision),
+    })
+    .expect("pipeline loads")
+}
+
+fn refs(files: &[&str]) -> Vec<Image> {
+    files
+        .iter()
+        .map(|f| read_png(&dir().join(f)).unwrap())
+        .collect()
+}
+
+fn sample(pipe: &QwenImage21Pipeline, edit: &EditInputs) -> HostTensor {
+    let mut plan = SamplingPlan::new(DEFAULT_SAMPLER, DEFAULT_SCHEDULE, 4);
+    plan.schedule_opts = schedule_options();
+    let mut noise = RngKind::Cpu.create(42);
+    let mut srng = RngKind::Cpu.create(42);
+    let x = pipe
+        .sample(QwenImage21Request {
+            prompt: PROMPT,
+            negative_prompt: NEGATIVE,
+            width: 96,
+            height: 64,
+            cfg_scale: 4.0,
+            plan: &plan,
+            noise_rng: noise.as_mut(),
+            sampler_rng: srng.as_mut(),
+            vae_tiling: None,
+            keep_prefix_cache: false,
+            init: None,
+            edit: Some(edit),
+        })
+        .unwrap();
+    HostTensor::new([x.w, x.h, x.c, 1], x.data).unwrap()
+}
+
+#[test]
+fn stages_match_diffusers() {
+    let reference = open_fixture("qwen_edit_pipeline/reference.safetensors");
+    let s = store(true);
+    let backends = BackendPlan::cpu(2);
+    let pipe = load(&s, &backends, true);
+    for (run, files) in RUNS {
+        let edit = pipe
+            .prepare_edit(&refs(files), 96 * 64, true, None)
+            .unwrap();
+        assert_eq!(edit.len(), files.len());
+        for i in 0..files.len() {
+            let want = tensor(&reference, &format!("{run}.ref{i}"));
+            let got = edit.latent(i);
+            assert_close(&format!("{run} reference latent {i}"), got, &want, 1e-4);
+        }
+        let (cond, pads) = pipe.edit_embedding(PROMPT, &edit).unwrap();
+        assert_close(
+            &format!("{run} cond embeds"),
+            &cond,
+            &tensor(&reference, &format!("{run}.cond")),
+            1e-4,
+        );
+        let want_pads: Vec<bool> = tensor(&reference, &format!("{run}.cond_pads"))
+            .data
+            .iter()
+            .map(|&v| v > 0.5)
+            .collect();
+        assert_eq!(pads, want_pads, "{run} image-slot mask");
+        let (uncond, _) = pipe.edit_embedding(NEGATIVE, &edit).unwrap();
+        assert_close(
+            &format!("{run} uncond embeds"),
+            &uncond,
+            &tensor(&reference, &format!("{run}.uncond")),
+            1e-4,
+        );
+
+        let x = sample(&pipe, &edit);
+        assert_eq!(pipe.prefix_cache_bytes(), 0, "cache freed after sampling");
+        assert_close(
+            &format!("{run} final latent"),
+            &x,
+            &tensor(&reference, &format!("{run}.latent")),
+            1e-3,
+        );
+    }
+}
+
+#[test]
+fn prefix_cache_on_and_off_agree() {
+    let s = store(true);
+    let backends = BackendPlan::cpu(2);
+    let on = load(&s, &backends, true);
+    let off = load(&s, &backends, false);
+    let r = refs(RUNS[1].1);
+    let a = sample(&on, &on.prepare_edit(&r, 96 * 64, true, None).unwrap());
+    let b = sample(&off, &off.prepare_edit(&r, 96 * 64, true, None).unwrap());
+    assert_close("cache on vs off", &a, &b, 1e-4);
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mse: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+fn sd_cli(out: &Path, extra: &[&str]) -> Output {
+    let d = dir();
+    let path = |f: &str| d.join(f).to_str().unwrap().to_string();
+    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["--diffusion-model", &path("diffusion_model.safetensors")])
+        .args(["--vae", &path("vae.safetensors")])
+        .args(["--llm", &path("llm.safetensors")])
+        .args(["-p", PROMPT, "-n", NEGATIVE, "--cfg-scale", "4", "--steps", "4"])
+        .args(["-W", "96", "-H", "64", "-s", "42", "--rng", "cpu", "-t", "2"])
+        .args(["-o", out.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn sd_cli_edit_matches_diffusers_image() {
+    let reference = open_fixture("qwen_edit_pipeline/reference.safetensors");
+    let d = dir();
+    let vision = d.join("llm_vision.safetensors");
+    let tmp = tempfile::tempdir().unwrap();
+    for (run, files) in RUNS {
+        let want = tensor(&reference, &format!("{run}.image")); // [W, H, 4] planar
+        let (w, h, c) = (want.ne[0], want.ne[1], want.ne[2]);
+        let mut want_u8 = vec![0u8; w * h * c];
+        for ch in 0..c {
+            for i in 0..w * h {
+                want_u8[i * c + ch] = (want.data[ch * w * h + i] * 255.0).round() as u8;
+            }
+        }
+        let mut args = vec![
+            "--llm_vision".to_string(),
+            vision.to_str().unwrap().to_string(),
+        ];
+        for f in files {
+            args.push("-r".into());
+            args.push(d.join(f).to_str().unwrap().to_string());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = tmp.path().join(format!("{run}.png"));
+        let o = sd_cli(&out, &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let img = read_png(&out).unwrap();
+        assert_eq!((img.width as usize, img.height as usize), (w, h));
+        let p = psnr(&img.data, &want_u8);
+        eprintln!("{run}: sd-cli -r vs diffusers PNG: PSNR {p:.1} dB");
+        assert!(p >= 40.0, "{run}: PSNR {p:.1} dB");
+    }
+}
+
+#[test]
+fn edit_without_vision_weights_is_a_clear_error() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sd_cli(
+        &tmp.path().join("x.png"),
+        &["-r", d.join("ref_rgb.png").to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("vision"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn corrupt_reference_png_is_a_clear_error() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad.png");
+    let mut bytes = std::fs::read(d.join("ref_rgb.png")).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&bad, bytes).unwrap();
+    let vision = d.join("llm_vision.safetensors");
+    let o = sd_cli(
+        &tmp.path().join("x.png"),
+        &[
+            "--llm_vision",
+            vision.to_str().unwrap(),
+            "-r",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.png"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
