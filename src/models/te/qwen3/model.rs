@@ -5,12 +5,27 @@
 //! (query head h reads KV head h / (heads / kv_heads)), scaled by 1/√head_dim; q/k are
 //! RMS-normalised per head before NeoX rope at positions 0..n (Qwen3-VL's interleaved mRoPE
 //! reduces to this for text, where all three position ids are equal).
+//!
+//! With images ([`Qwen3TextModel::forward_multimodal`]) the input embeddings at the image-pad
+//! tokens are the vision tower's merged embeddings, rope is the interleaved mRoPE over 3-D
+//! positions (see `mrope`), and deepstack features are added to the image rows after the
+//! first decoder layers.
 
 use crate::ggml::{RopeMode, Tensor};
 use crate::nn::{Linear, RmsNorm};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
 use super::config::Qwen3Config;
+use super::mm::Qwen3MmInput;
+use super::mrope::{ggml_imrope_positions, ggml_imrope_sections, DEFAULT_MROPE_SECTION};
+
+/// How q/k are rotated: NeoX rope at 1-D positions (text) or interleaved mRoPE at 4-axis
+/// positions with ggml's 4 section sizes.
+#[derive(Clone, Copy)]
+enum Rope<'g> {
+    Neox(Tensor<'g>),
+    Interleaved(Tensor<'g>, [usize; 4]),
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Layer {
@@ -47,13 +62,13 @@ impl Layer {
         })
     }
 
-    /// x: [hidden, n]; pos: i32 [n]; mask: causal [n_kv, n_q] → [hidden, n].
+    /// x: [hidden, n]; rope positions; mask: causal [n_kv, n_q] → [hidden, n].
     fn forward<'g>(
         &self,
         g: &'g GraphCtx<'g>,
         c: &Qwen3Config,
         x: Tensor<'g>,
-        pos: Tensor<'g>,
+        rope: Rope<'g>,
         mask: Tensor<'g>,
     ) -> Tensor<'g> {
         let n = x.ne()[1];
@@ -62,7 +77,13 @@ impl Layer {
         // [heads·hd, n] → [hd, heads, n], per-head RMS norm, rope → [hd, n, heads]
         let prep = |lin: &Linear, norm: &RmsNorm, heads: usize| {
             let t = g.reshape(lin.forward(g, h), [hd, heads, n, 1]);
-            let t = g.rope(norm.forward(g, t), pos, hd, RopeMode::Neox, c.rope_theta);
+            let t = norm.forward(g, t);
+            let t = match rope {
+                Rope::Neox(pos) => g.rope(t, pos, hd, RopeMode::Neox, c.rope_theta),
+                Rope::Interleaved(pos, sections) => {
+                    g.rope_multi(t, pos, hd, sections, RopeMode::IMRope, c.rope_theta)
+                }
+            };
             g.permute(t, [0, 2, 1, 3])
         };
         let q = prep(&self.q, &self.q_norm, c.heads);
@@ -98,6 +119,8 @@ pub struct Qwen3TextModel {
     embed: Param,
     layers: Vec<Layer>,
     final_norm: RmsNorm,
+    /// transformers' `mrope_section` (t, h, w frequency counts) for multimodal positions.
+    mrope_section: [usize; 3],
 }
 
 impl Qwen3TextModel {
@@ -123,11 +146,24 @@ impl Qwen3TextModel {
             embed,
             layers,
             final_norm,
+            mrope_section: DEFAULT_MROPE_SECTION,
         })
     }
 
     pub fn config(&self) -> &Qwen3Config {
         &self.config
+    }
+
+    /// Sets the interleaved mRoPE sections (`rope_parameters.mrope_section` of the config;
+    /// `qwen3_mrope_section` reads it); the default is Qwen3-VL's [24, 20, 20]. Only the
+    /// multimodal forward uses it.
+    pub fn with_mrope_section(mut self, mrope_section: [usize; 3]) -> Self {
+        self.mrope_section = mrope_section;
+        self
+    }
+
+    pub fn mrope_section(&self) -> [usize; 3] {
+        self.mrope_section
     }
 
     /// `token_ids`: i32 [n]. Runs the first `layers_to_run` layers (all when `None`) with causal
@@ -140,17 +176,82 @@ impl Qwen3TextModel {
         layers_to_run: Option<usize>,
         final_norm: bool,
     ) -> Tensor<'g> {
-        let c = &self.config;
         let n = token_ids.ne()[0];
-        let mut x = g.get_rows(g.param(self.embed), token_ids);
+        let x = g.get_rows(g.param(self.embed), token_ids);
         let pos = g.input_i32("qwen3.pos", [n, 1, 1, 1], (0..n as i32).collect());
+        self.run_layers(g, x, Rope::Neox(pos), &[], layers_to_run, final_norm)
+    }
+
+    /// The multimodal forward (transformers `Qwen3VLModel` language path with images): the
+    /// token embeddings with the image-pad rows replaced by the vision embeddings, interleaved
+    /// mRoPE at the input's 3-D positions, deepstack level `i` added after decoder layer `i`.
+    /// Layers / final norm as in [`Self::forward`]. Returns [hidden, n].
+    pub fn forward_multimodal<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        input: &Qwen3MmInput,
+        layers_to_run: Option<usize>,
+        final_norm: bool,
+    ) -> Tensor<'g> {
+        let c = &self.config;
+        let n = input.len();
+        let ids = g.input_i32("qwen3.input_ids", [n, 1, 1, 1], input.ids().to_vec());
+        let mut x = g.get_rows(g.param(self.embed), ids);
+        let n_vis = input.vision().ne[1];
+        if n_vis > 0 {
+            let vis = g.input_f32(
+                "qwen3.vision_embeds",
+                [c.hidden, n_vis, 1, 1],
+                input.vision().data.clone(),
+            );
+            let rows = g.input_i32("qwen3.vision_rows", [n, 1, 1, 1], input.gather_rows());
+            x = g.get_rows(g.concat(x, vis, 1), rows);
+        }
+        let pos = g.input_i32(
+            "qwen3.mrope_pos",
+            [4 * n, 1, 1, 1],
+            ggml_imrope_positions(input.positions()),
+        );
+        let sections = ggml_imrope_sections(self.mrope_section, c.head_dim);
+        let deepstack: Vec<Tensor<'g>> = input
+            .deepstack_full()
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| g.input_f32(&format!("qwen3.deepstack.{i}"), [c.hidden, n, 1, 1], d))
+            .collect();
+        self.run_layers(
+            g,
+            x,
+            Rope::Interleaved(pos, sections),
+            &deepstack,
+            layers_to_run,
+            final_norm,
+        )
+    }
+
+    /// The decoder stack on x [hidden, n] with causal attention; `deepstack[i]` ([hidden, n],
+    /// zero outside the image rows) is added after layer `i`.
+    fn run_layers<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        mut x: Tensor<'g>,
+        rope: Rope<'g>,
+        deepstack: &[Tensor<'g>],
+        layers_to_run: Option<usize>,
+        final_norm: bool,
+    ) -> Tensor<'g> {
+        let c = &self.config;
+        let n = x.ne()[1];
         let mask_data: Vec<f32> = (0..n)
             .flat_map(|q| (0..n).map(move |k| if k <= q { 0.0 } else { f32::NEG_INFINITY }))
             .collect();
         let mask = g.input_f32("qwen3.causal_mask", [n, n, 1, 1], mask_data);
         let count = layers_to_run.unwrap_or(c.layers).min(c.layers);
         for (i, layer) in self.layers[..count].iter().enumerate() {
-            x = layer.forward(g, c, x, pos, mask);
+            x = layer.forward(g, c, x, rope, mask);
+            if let Some(&d) = deepstack.get(i) {
+                x = g.add(x, d);
+            }
             x = g.cut(&format!("qwen3.layers.{i}"), "x", x);
         }
         if final_norm {

@@ -142,3 +142,50 @@ pub fn qwen3_hparams(store: &TensorStore) -> (f32, f32) {
     }
     (theta.unwrap_or(DEFAULT_ROPE_THETA), eps.unwrap_or(1e-6))
 }
+
+/// Interleaved mRoPE sections (t, h, w) from a `config.json`
+/// (`text_config.rope_parameters.mrope_section`, also `rope_scaling` and top level) or GGUF
+/// metadata (`<arch>.rope.dimension_sections`); `None` when no file says.
+pub fn qwen3_mrope_section(store: &TensorStore) -> Option<[usize; 3]> {
+    let three = |v: &[Value]| -> Option<[usize; 3]> {
+        let n: Vec<usize> = v
+            .iter()
+            .map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok()))
+            .collect::<Option<_>>()?;
+        (n.len() >= 3).then(|| [n[0], n[1], n[2]])
+    };
+    for f in store.files() {
+        if let Some(arch) = f.gguf.get_str("general.architecture") {
+            if let Some(s) = f
+                .gguf
+                .get_arr_i32(&format!("{arch}.rope.dimension_sections"))
+                .and_then(|v| {
+                    let n: Vec<usize> = v
+                        .iter()
+                        .map(|&x| usize::try_from(x).ok())
+                        .collect::<Option<_>>()?;
+                    (n.len() >= 3).then(|| [n[0], n[1], n[2]])
+                })
+            {
+                return Some(s);
+            }
+        }
+        if let Some(cfg) = &f.config {
+            let text = cfg.get("text_config").unwrap_or(cfg);
+            for path in [
+                "/rope_parameters/mrope_section",
+                "/rope_scaling/mrope_section",
+            ] {
+                if let Some(s) = text
+                    .pointer(path)
+                    .or_else(|| cfg.pointer(path))
+                    .and_then(Value::as_array)
+                    .and_then(|v| three(v))
+                {
+                    return Some(s);
+                }
+            }
+        }
+    }
+    None
+}
