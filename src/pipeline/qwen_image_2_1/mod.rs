@@ -23,7 +23,8 @@ use crate::models::dit::qwen_image_2_1::{
     Condition, PrefixCache, PrefixCacheError, PrefixLayout, QwenImage21, QwenImage21Config,
 };
 use crate::models::te::qwen3::{
-    encode_qwen_image_21, qwen3_hparams, Qwen3Config, Qwen3Source, Qwen3TextModel,
+    encode_qwen_image_21, qwen3_hparams, qwen3_mrope_section, Qwen3Config, Qwen3Source,
+    Qwen3TextModel, DEFAULT_MROPE_SECTION,
 };
 use crate::models::vae::qwen_image_2_1_vae::{LatentStats, QwenImage21Vae, QwenImage21VaeConfig};
 use crate::models::vae::tiling::{
@@ -264,7 +265,9 @@ impl QwenImage21Pipeline {
                 dit.config().text_dim
             )));
         }
-        let te = Qwen3TextModel::new(&loader.root(""), te_config)?;
+        let head_dim = te_config.head_dim;
+        let te = Qwen3TextModel::new(&loader.root(""), te_config)?
+            .with_mrope_section(mrope_section(store, head_dim));
         let backend = opts.backends.backend(Module::TextEncoder)?;
         let te_weights = loader.finish_for(&backend, "qwen3", &opts.memory)?;
         bar.tick();
@@ -636,4 +639,20 @@ impl crate::sampling::Denoiser for Denoiser<'_> {
         self.progress.set(step);
         pred.to_denoised(&v, x, sigma)
     }
+}
+
+/// The text encoder's mRoPE split of `head_dim / 2` frequencies over (t, h, w): from the
+/// files (GGUF `rope.dimension_sections`, config.json `mrope_section`) when it fits the head
+/// size, else Qwen3-VL's released split [24, 20, 20] scaled to the head size.
+fn mrope_section(store: &TensorStore, head_dim: usize) -> [usize; 3] {
+    let half = head_dim / 2;
+    if let Some(s) = qwen3_mrope_section(store).filter(|s| s[1] + s[2] <= half) {
+        return s;
+    }
+    let [_, h, w] = DEFAULT_MROPE_SECTION;
+    let total: usize = DEFAULT_MROPE_SECTION.iter().sum();
+    let (h, w) = (half * h / total, half * w / total);
+    let s = [half - h - w, h, w];
+    log::debug!("qwen3: no mRoPE sections in the files; using {s:?} for head size {head_dim}");
+    s
 }
