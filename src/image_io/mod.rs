@@ -5,10 +5,12 @@
 //!   directory, fsynced, then renamed over the target: a reader never sees a partial file.
 //! - [`read_png`]: any PNG colour type and bit depth, normalised to RGB8 or RGBA8, with size
 //!   caps so a hostile header cannot make us allocate gigabytes.
+//! - [`resize_pil`]: Pillow-exact resizing (reference images of edit models).
 //! - [`read_png_text_chunks`] / [`format_text_chunks`]: the metadata of `-M metadata`.
 
 mod metadata;
 mod params;
+mod pil_resize;
 mod read;
 mod resize;
 mod write;
@@ -17,6 +19,7 @@ pub use metadata::{
     format_text_chunks, read_png_text_chunks, read_png_text_pairs, TextChunk, TextKind,
 };
 pub use params::{base_name, GenerationParams, JSON_KEYWORD, PARAMETERS_KEYWORD};
+pub use pil_resize::{resize_pil, resize_pil_luma, PilFilter};
 pub use read::{read_png, read_png_from_bytes, MAX_FILE_BYTES, MAX_PIXELS, MAX_SIDE};
 pub use resize::resize_bilinear;
 pub use write::{write_generation_png, write_png_atomic};
@@ -128,4 +131,6 @@ pub enum ImageIoError {
         channels: usize,
         len: usize,
     },
+    #[error("cannot resize to {width}x{height}: both sides must be at least 1")]
+    BadSize { width: u32, height: u32 },
 }
