@@ -48,7 +48,7 @@ fn store(vision: bool) -> TensorStore {
     s.add_file(&d.join("llm.safetensors"), Component::Llm.prefix())
         .unwrap();
     if vision {
-        s.add_file(&d.join("llm_vision.safetensors"), Component::Llm.prefix())
+        s.add_file(&d.join("llm_vision"), Component::Llm.prefix())
             .unwrap();
     }
     s.add_file(&d.join("vae.safetensors"), Component::Vae.prefix())
@@ -58,7 +58,7 @@ fn store(vision: bool) -> TensorStore {
 
 fn load(store: &TensorStore, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
     let llm = dir().join("llm.safetensors");
-    let vision = dir().join("llm_vision.safetensors");
+    let vision = dir().join("llm_vision");
     QwenImage21Pipeline::load(&QwenImage21Load {
         store,
         llm_path: Some(&llm),
@@ -189,8 +189,19 @@ fn sd_cli(out: &Path, extra: &[&str]) -> Output {
         .args(["--diffusion-model", &path("diffusion_model.safetensors")])
         .args(["--vae", &path("vae.safetensors")])
         .args(["--llm", &path("llm.safetensors")])
-        .args(["-p", PROMPT, "-n", NEGATIVE, "--cfg-scale", "4", "--steps", "4"])
-        .args(["-W", "96", "-H", "64", "-s", "42", "--rng", "cpu", "-t", "2"])
+        .args([
+            "-p",
+            PROMPT,
+            "-n",
+            NEGATIVE,
+            "--cfg-scale",
+            "4",
+            "--steps",
+            "4",
+        ])
+        .args([
+            "-W", "96", "-H", "64", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
         .args(["-o", out.to_str().unwrap()])
         .args(extra)
         .output()
@@ -201,7 +212,7 @@ fn sd_cli(out: &Path, extra: &[&str]) -> Output {
 fn sd_cli_edit_matches_diffusers_image() {
     let reference = open_fixture("qwen_edit_pipeline/reference.safetensors");
     let d = dir();
-    let vision = d.join("llm_vision.safetensors");
+    let vision = d.join("llm_vision");
     let tmp = tempfile::tempdir().unwrap();
     for (run, files) in RUNS {
         let want = tensor(&reference, &format!("{run}.image")); // [W, H, 4] planar
@@ -254,7 +265,7 @@ fn corrupt_reference_png_is_a_clear_error() {
     let mut bytes = std::fs::read(d.join("ref_rgb.png")).unwrap();
     bytes.truncate(bytes.len() / 2);
     std::fs::write(&bad, bytes).unwrap();
-    let vision = d.join("llm_vision.safetensors");
+    let vision = d.join("llm_vision");
     let o = sd_cli(
         &tmp.path().join("x.png"),
         &[

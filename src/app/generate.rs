@@ -11,9 +11,9 @@ use crate::ggml::GgmlType;
 use crate::image_io::{
     base_name, read_png, resize_bilinear, write_generation_png, Channels, GenerationParams, Image,
 };
+use crate::models::vae::tiling::Planar;
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::pixart::{self, PixArtLoad, PixArtPipeline, PixArtRequest};
-use crate::models::vae::tiling::Planar;
 use crate::pipeline::qwen_image_2_1::{
     self, prefix_cache_type, prepare_reference, QwenImage21Load, QwenImage21Pipeline,
     QwenImage21Request,
@@ -293,7 +293,7 @@ fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Re
     let init_latent = match &init_png {
         Some(img) => {
             let t = Instant::now();
-            let prepared = prepare_reference(img, width as usize, height as usize);
+            let prepared = prepare_reference(img, width as usize, height as usize)?;
             let x = Planar::new(width as usize, height as usize, 4, prepared.vae_input)?;
             let z = pipe.encode_image(&x, tiling.as_ref())?;
             log::debug!("init image encoded in {:.2}s", t.elapsed().as_secs_f64());

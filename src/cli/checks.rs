@@ -164,11 +164,12 @@ pub(crate) fn check_inputs(cli: &Cli) -> Result<(), CliError> {
         ("--ad-model", &g.ad_model),
     ];
     // Model files may also be diffusers folders (config.json + weights).
-    const MAY_BE_FOLDER: [&str; 5] = [
+    const MAY_BE_FOLDER: [&str; 6] = [
         "-m/--model",
         "--diffusion-model",
         "--t5xxl",
         "--llm",
+        "--llm_vision",
         "--vae",
     ];
     for (flag, p) in files {

@@ -18,7 +18,8 @@ schedule, seed 42 on a CPU generator, `output_type="np"`.
 Writes tests/fixtures/qwen_edit_pipeline/:
   diffusion_model.safetensors, vae.safetensors   (as qwen_image_pipeline)
   llm.safetensors          the language model (model.language_model.*)
-  llm_vision.safetensors   the vision tower as transformers saves it (model.visual.*)
+  llm_vision/              the vision tower as transformers saves it (model.visual.*) with a
+                           config.json holding its vision_config
   tokenizer.json, preprocessor_config.json   beside the LLM file
   ref_rgb.png, ref_rgba.png
   reference.safetensors    per run r in (one, two): `{r}.cond` / `{r}.uncond` prompt embeds,
@@ -180,8 +181,14 @@ def main():
     sd = te.state_dict()
     save_file({k: v.contiguous() for k, v in sd.items() if k.startswith("model.language_model.")},
               f"{OUT}/llm.safetensors")
+    # The vision tower as a folder with its config (head count and deepstack layers are not
+    # in the weight shapes).
+    os.makedirs(f"{OUT}/llm_vision", exist_ok=True)
     save_file({k: v.contiguous() for k, v in sd.items() if k.startswith("model.visual.")},
-              f"{OUT}/llm_vision.safetensors")
+              f"{OUT}/llm_vision/model.safetensors")
+    with open(f"{OUT}/llm_vision/config.json", "w") as f:
+        json.dump({"model_type": "qwen3_vl", "vision_config": te.config.vision_config.to_dict()}, f, indent=1,
+                  default=str)
     shutil.copy(os.path.join(te_fx.TOK, "tokenizer.json"), f"{OUT}/tokenizer.json")
     with open(f"{OUT}/preprocessor_config.json", "w") as f:
         json.dump({"patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5] * 3,

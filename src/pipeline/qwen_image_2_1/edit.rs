@@ -67,8 +67,14 @@ impl EditInputs {
 /// The image-processor settings: `preprocessor_config.json` beside the vision (or LLM) file,
 /// else mmproj GGUF metadata, else Qwen3-VL's released values.
 fn preprocess_config(store: &TensorStore, files: &[&Path]) -> Result<VisionPreprocessConfig> {
-    for f in files {
-        if let Some(json) = f.parent().map(|d| d.join("preprocessor_config.json")) {
+    let candidates = files.iter().flat_map(|f| {
+        let inside = f.is_dir().then(|| f.join("preprocessor_config.json"));
+        inside
+            .into_iter()
+            .chain(f.parent().map(|d| d.join("preprocessor_config.json")))
+    });
+    for json in candidates {
+        {
             if json.is_file() {
                 log::debug!("vision preprocessing: {}", json.display());
                 return VisionPreprocessConfig::from_json_file(&json)
@@ -82,12 +88,10 @@ fn preprocess_config(store: &TensorStore, files: &[&Path]) -> Result<VisionPrepr
         .iter()
         .filter(|f| f.prefix == Component::Llm.prefix())
     {
-        cfg = cfg
-            .with_gguf(&f.gguf)
-            .map_err(|reason| Error::Model {
-                path: f.path.clone(),
-                reason,
-            })?;
+        cfg = cfg.with_gguf(&f.gguf).map_err(|reason| Error::Model {
+            path: f.path.clone(),
+            reason,
+        })?;
     }
     Ok(cfg)
 }
@@ -127,7 +131,13 @@ impl Vision {
     }
 
     /// The vision embeddings of an RGB image (already at a multiple of patch × merge).
-    fn encode(&self, index: usize, rgb: &[u8], width: usize, height: usize) -> Result<VisionEmbeds> {
+    fn encode(
+        &self,
+        index: usize,
+        rgb: &[u8],
+        width: usize,
+        height: usize,
+    ) -> Result<VisionEmbeds> {
         let p = &self.preprocess;
         let (th, tw) = p
             .target_size(height, width)
@@ -188,7 +198,7 @@ impl QwenImage21Pipeline {
                 img.width,
                 img.height
             );
-            let p = prepare_reference(img, w, h);
+            let p = prepare_reference(img, w, h)?;
             let x = Planar::new(w, h, 4, p.vae_input)?;
             let z = self.encode_image(&x, tiling)?;
             embeds.push(vision.encode(i, &p.vision_rgb, w, h)?);
@@ -204,7 +214,10 @@ impl QwenImage21Pipeline {
             l.data.iter().for_each(|v| v.to_bits().hash(&mut hasher));
         }
         for e in &embeds {
-            e.embeds.data.iter().for_each(|v| v.to_bits().hash(&mut hasher));
+            e.embeds
+                .data
+                .iter()
+                .for_each(|v| v.to_bits().hash(&mut hasher));
         }
         Ok(EditInputs {
             latents,
@@ -216,7 +229,11 @@ impl QwenImage21Pipeline {
     /// The transformer condition of `prompt` with the references: the edit template through
     /// the encoder with the vision embeddings in its slots, and the layout placing each
     /// reference's latent tokens there.
-    pub(super) fn edit_condition(&self, prompt: &str, edit: &EditInputs) -> Result<PromptCondition> {
+    pub(super) fn edit_condition(
+        &self,
+        prompt: &str,
+        edit: &EditInputs,
+    ) -> Result<PromptCondition> {
         let (text, pads) = self.edit_embedding(prompt, edit)?;
         let layout = PrefixLayout::from_pad_mask(&pads, &edit.latent_sizes())
             .map_err(|e| Error::Unsupported(e.to_string()))?;
@@ -229,7 +246,11 @@ impl QwenImage21Pipeline {
 
     /// The edit prompt embedding [hidden, L] (system rows dropped) and which of its rows are
     /// image slots.
-    pub fn edit_embedding(&self, prompt: &str, edit: &EditInputs) -> Result<(HostTensor, Vec<bool>)> {
+    pub fn edit_embedding(
+        &self,
+        prompt: &str,
+        edit: &EditInputs,
+    ) -> Result<(HostTensor, Vec<bool>)> {
         let memo_key = format!("{:016x}\u{0}{prompt}", edit.id());
         let cached = self
             .edit_embeds

@@ -579,7 +579,13 @@ impl QwenImage21Pipeline {
         Ok(Planar::new(t.ne[0], t.ne[1], t.ne[2], t.data)?)
     }
 
-    fn velocity(&self, x: &HostTensor, cond: &PromptCondition, t: f32, name: &str) -> Result<Vec<f32>> {
+    fn velocity(
+        &self,
+        x: &HostTensor,
+        cond: &PromptCondition,
+        t: f32,
+        name: &str,
+    ) -> Result<Vec<f32>> {
         let cache = self.cache.as_ref().map(|c| (c, name));
         let condition = Condition {
             text: &cond.text,

@@ -77,13 +77,9 @@ pub fn reference_size(
 }
 
 /// Resizes `img` to `width × height` and makes the VAE and vision copies.
-pub fn prepare_reference(img: &Image, width: usize, height: usize) -> PreparedRef {
+pub fn prepare_reference(img: &Image, width: usize, height: usize) -> Result<PreparedRef> {
     let rgba = to_rgba(img);
-    let resized = if (rgba.width as usize, rgba.height as usize) == (width, height) {
-        rgba
-    } else {
-        resize_pil(&rgba, width as u32, height as u32, PilFilter::Lanczos)
-    };
+    let resized = resize_pil(&rgba, width as u32, height as u32, PilFilter::Lanczos)?;
     let n = width * height;
     let mut vae_input = vec![0.0f32; 4 * n];
     let mut vision_rgb = Vec::with_capacity(3 * n);
@@ -96,12 +92,12 @@ pub fn prepare_reference(img: &Image, width: usize, height: usize) -> PreparedRe
             vision_rgb.push(over_white(u32::from(c), a));
         }
     }
-    PreparedRef {
+    Ok(PreparedRef {
         width,
         height,
         vae_input,
         vision_rgb,
-    }
+    })
 }
 
 /// Pillow's `paste(img, mask=alpha)` onto white: `(255·(255 − a) + c·a) / 255` rounded

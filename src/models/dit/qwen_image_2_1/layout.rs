@@ -208,7 +208,11 @@ mod tests {
             l.segments(),
             &[
                 Segment::Text { rows: 0..2 },
-                Segment::Image { index: 0, h: 2, w: 4 },
+                Segment::Image {
+                    index: 0,
+                    h: 2,
+                    w: 4
+                },
                 Segment::Text { rows: 4..5 },
             ]
         );

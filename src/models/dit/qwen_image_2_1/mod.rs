@@ -177,18 +177,17 @@ impl QwenImage21 {
                 &text_only
             }
             (None, None) => {
-                let (k_name, _) = cache_names(
-                    match inputs.kv {
-                        KvMode::Reuse { key } => key,
-                        _ => {
-                            return Err(PrefixCacheError::Inputs(
+                let (k_name, _) =
+                    cache_names(
+                        match inputs.kv {
+                            KvMode::Reuse { key } => key,
+                            _ => return Err(PrefixCacheError::Inputs(
                                 "text hidden states are required unless reusing a cached prefix"
                                     .into(),
-                            ))
-                        }
-                    },
-                    0,
-                );
+                            )),
+                        },
+                        0,
+                    );
                 let l = g
                     .cache_get(&k_name)
                     .ok_or(PrefixCacheError::Missing(k_name))?
@@ -199,8 +198,11 @@ impl QwenImage21 {
         };
         let text_len = layout.len();
         let (prefix_pos, target_frame) = layout.positions();
-        let (img_cos, img_sin) =
-            nn::rope_table(&layout::image_positions(target_frame, h, w), &c.axes_dims, ROPE_THETA);
+        let (img_cos, img_sin) = nn::rope_table(
+            &layout::image_positions(target_frame, h, w),
+            &c.axes_dims,
+            ROPE_THETA,
+        );
         let img_cos = g.input_f32("qwen21.img_cos", [half, n, 1, 1], img_cos);
         let img_sin = g.input_f32("qwen21.img_sin", [half, n, 1, 1], img_sin);
 
