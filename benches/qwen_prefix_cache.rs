@@ -2,10 +2,11 @@
 //! text K/V) against an uncached one (text + image), at the released layer sizes.
 //!
 //! `cargo bench --bench qwen_prefix_cache [-- --tokens N --layers N --threads N --reps N
-//! --cache-type f32|f16|q8_0|.. --fa]`: hidden 4096 (32 heads × 128), SwiGLU 12288, text dim 4096,
+//! --cache-type f32|f16|q8_0|.. --fa --edit]`: hidden 4096 (32 heads × 128), SwiGLU 12288, text dim 4096,
 //! 64 latent channels, random f16 weights; a prefix of N text tokens and a target of N image
-//! tokens (default N = 1024, the latent as near square as N allows). Prints the best step
-//! time of each mode, their ratio and the cache bytes per layer.
+//! tokens (default N = 1024, the latent as near square as N allows); with `--edit` the prefix
+//! is instead 32 text tokens around a reference image as large as the target (editing).
+//! Prints the best step time of each mode, their ratio and the cache bytes per layer.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -13,7 +14,9 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use sd_cli::ggml::{Backend, GgmlType, Ne};
-use sd_cli::models::dit::qwen_image_2_1::{PrefixCache, QwenImage21, QwenImage21Config};
+use sd_cli::models::dit::qwen_image_2_1::{
+    Condition, PrefixCache, PrefixLayout, QwenImage21, QwenImage21Config,
+};
 use sd_cli::runner::{HostTensor, RunOptions, Runner, SourceTensor, WeightLoader, WeightSource};
 
 const HIDDEN: usize = 4096;
@@ -153,7 +156,13 @@ struct Opts {
     flash_attn: bool,
     cache_type: GgmlType,
     only_reuse: bool,
+    /// Editing layout: 32 text tokens around one reference image of `tokens` latent tokens
+    /// (instead of `tokens` text tokens).
+    edit: bool,
 }
+
+/// Text rows around the reference in `--edit` mode (16 before its slots, 16 after).
+const EDIT_TEXT: usize = 32;
 
 struct Timing {
     full: f64,
@@ -176,7 +185,7 @@ fn measure(layers: usize, o: &Opts) -> Timing {
     let weights = loader.finish(&backend, "qwen21 bench").expect("weights");
     println!(
         "{layers} layers: hidden {}, {} heads × {}, FFN {}, f16 weights ({:.0} MiB, {:.1}s to \
-         make); prefix {tokens} text tokens + target {} image tokens ({w}×{h}); {} threads; \
+         make); prefix of {tokens} {} tokens + target {} image tokens ({w}×{h}); {} threads; \
          flash attention {}; cache {}; best of {}",
         config.hidden_size,
         config.heads,
@@ -184,6 +193,7 @@ fn measure(layers: usize, o: &Opts) -> Timing {
         config.intermediate_size,
         weights.bytes() as f64 / 1048576.0,
         t0.elapsed().as_secs_f64(),
+        if o.edit { "reference-image" } else { "text" },
         h * w,
         o.threads,
         o.flash_attn,
@@ -204,15 +214,43 @@ fn measure(layers: usize, o: &Opts) -> Timing {
         pseudo_random(w * h * CHANNELS, 1, 1.0).collect(),
     )
     .expect("latent");
+    let rows = if o.edit {
+        EDIT_TEXT + tokens / 4
+    } else {
+        tokens
+    };
     let text = HostTensor::new(
-        [TEXT_DIM, tokens, 1, 1],
-        pseudo_random(TEXT_DIM * tokens, 2, 1.0).collect(),
+        [TEXT_DIM, rows, 1, 1],
+        pseudo_random(TEXT_DIM * rows, 2, 1.0).collect(),
     )
     .expect("text");
+    let (refs, layout) = if o.edit {
+        let reference = HostTensor::new(
+            [w, h, CHANNELS, 1],
+            pseudo_random(w * h * CHANNELS, 3, 1.0).collect(),
+        )
+        .expect("reference");
+        let pads: Vec<bool> = (0..rows)
+            .map(|r| (EDIT_TEXT / 2..EDIT_TEXT / 2 + tokens / 4).contains(&r))
+            .collect();
+        let layout = PrefixLayout::from_pad_mask(&pads, &[(h, w)]).expect("layout");
+        println!(
+            "  edit layout: {EDIT_TEXT} text tokens + a {w}×{h} reference ({} prefix tokens)",
+            layout.len()
+        );
+        (vec![reference], Some(layout))
+    } else {
+        (Vec::new(), None)
+    };
+    let condition = Condition {
+        text: &text,
+        refs: &refs,
+        layout: layout.as_ref(),
+    };
     let cache = PrefixCache::new("bench.prefix", o.cache_type, &config).expect("cache type");
     let step = |t: f32, c: Option<(&PrefixCache, &str)>| {
         model
-            .velocity(&runner, &latent, &text, &[t], c)
+            .velocity_for(&runner, &latent, &condition, &[t], c)
             .expect("step")
     };
 
@@ -272,6 +310,7 @@ fn main() {
         cache_type: GgmlType::from_name(&arg("--cache-type", "f32")).expect("a ggml type name"),
         // `--only reuse` (for profiling) runs the cached step alone.
         only_reuse: arg("--only", "") == "reuse",
+        edit: std::env::args().any(|a| a == "--edit"),
     };
     println!("Qwen Image 2.1 prefix K/V cache, random weights at the released layer sizes");
     let big = measure(layers, &o);

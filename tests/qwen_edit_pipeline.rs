@@ -280,3 +280,28 @@ fn corrupt_reference_png_is_a_clear_error() {
     assert!(err.contains("bad.png"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn mmproj_gguf_vision_weights_give_the_same_image() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |vision: &str, name: &str| {
+        let out = tmp.path().join(name);
+        let o = sd_cli(
+            &out,
+            &[
+                "--llm_vision",
+                d.join(vision).to_str().unwrap(),
+                "-r",
+                d.join("ref_rgb.png").to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        read_png(&out).unwrap()
+    };
+    let hf = run("llm_vision", "hf.png");
+    let gguf = run("mmproj.gguf", "gguf.png");
+    let p = psnr(&hf.data, &gguf.data);
+    eprintln!("mmproj GGUF vs HF vision weights: PSNR {p:.1} dB");
+    assert!(p >= 60.0, "PSNR {p:.1} dB");
+}

@@ -42,8 +42,9 @@ pub fn attention<'g>(
         return g.reshape(out, [dim, n_q, batch, 1]);
     }
 
-    // scores: [n_kv, n_q, H, B]
-    let scores = g.mul_mat(k, q);
+    // scores: [n_kv, n_q, H, B]. A contiguous q lets ggml's CPU backend take its tiled sgemm
+    // path (it needs src1 contiguous); the copy costs far less than the slow path.
+    let scores = g.mul_mat(k, g.cont(q));
     let probs = g.soft_max_ext(scores, mask.map(|m| m.0), scale);
     // v^T: [n_kv, d, H, B]
     let vt = g.cont(g.permute(

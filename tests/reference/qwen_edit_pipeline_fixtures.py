@@ -20,6 +20,7 @@ Writes tests/fixtures/qwen_edit_pipeline/:
   llm.safetensors          the language model (model.language_model.*)
   llm_vision/              the vision tower as transformers saves it (model.visual.*) with a
                            config.json holding its vision_config
+  mmproj.gguf              the vision tower under llama.cpp's mmproj names
   tokenizer.json, preprocessor_config.json   beside the LLM file
   ref_rgb.png, ref_rgba.png
   reference.safetensors    per run r in (one, two): `{r}.cond` / `{r}.uncond` prompt embeds,
@@ -195,6 +196,11 @@ def main():
                    "image_std": [0.5] * 3, "size": {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS},
                    "image_processor_type": "Qwen2VLImageProcessorFast", "processor_class": "Qwen3VLProcessor"},
                   f, indent=1)
+    # The same tower as a llama.cpp mmproj GGUF (names as qwen_vision_fixtures.py writes them).
+    import qwen_vision_fixtures as vis_fx
+    vis_fx.DEEPSTACK = list(te.config.vision_config.deepstack_visual_indexes)
+    vis_fx.write_gguf({k: v.contiguous() for k, v in sd.items() if k.startswith("model.visual.")},
+                      te.config.vision_config, f"{OUT}/mmproj.gguf")
     ref_rgb.save(f"{OUT}/ref_rgb.png")
     ref_rgba.save(f"{OUT}/ref_rgba.png")
     save_file(out, f"{OUT}/reference.safetensors")
