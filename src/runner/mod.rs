@@ -9,6 +9,7 @@ mod error;
 mod graph_ctx;
 pub mod graph_cut;
 mod host;
+mod profile;
 mod source;
 mod weights;
 
@@ -287,7 +288,11 @@ impl Runner {
                     write_input(*t, name, data)?;
                 }
             }
-            self.backend.compute(&graph)?;
+            if profile::enabled() {
+                profile::compute_profiled(&self.name, &self.backend, &graph)?;
+            } else {
+                self.backend.compute(&graph)?;
+            }
             None
         };
 

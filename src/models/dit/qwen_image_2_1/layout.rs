@@ -231,6 +231,10 @@ mod tests {
     fn slot_count_mismatch_is_an_error() {
         let pads = [false, true, true, false];
         assert!(PrefixLayout::from_pad_mask(&pads, &[(4, 4)]).is_err());
-        assert!(PrefixLayout::from_pad_mask(&pads, &[(2, 2), (2, 2)]).is_err());
+        // Adjacent images may share one run of slots…
+        assert!(PrefixLayout::from_pad_mask(&pads, &[(2, 2), (2, 2)]).is_ok());
+        // …but an image's tokens must not straddle text.
+        let split = [false, true, false, true, true, false];
+        assert!(PrefixLayout::from_pad_mask(&split, &[(2, 4), (2, 2)]).is_err());
     }
 }
