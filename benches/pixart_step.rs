@@ -41,7 +41,12 @@ fn peak_rss_mb() -> f64 {
 }
 
 /// Child mode: load with `ty`, run one warm-up and one timed step, print the figures.
-fn run_variant(dir: &Path, ty: &str, threads: usize) {
+fn run_variant(dir: &Path, variant: &str, threads: usize) {
+    // `<type>` or `<type>+fa` (flash attention).
+    let (ty, flash_attn) = match variant.strip_suffix("+fa") {
+        Some(ty) => (ty, true),
+        None => (variant, false),
+    };
     let wtype = if ty == "f32" {
         None
     } else {
@@ -58,7 +63,15 @@ fn run_variant(dir: &Path, ty: &str, threads: usize) {
     };
     let weight_mb = weights.bytes() as f64 / 1048576.0;
     drop(store); // the mmap: only the runner's copy stays
-    let runner = Runner::new("pixart", backend, Some(weights), RunOptions::default());
+    let runner = Runner::new(
+        "pixart",
+        backend,
+        Some(weights),
+        RunOptions {
+            flash_attn,
+            ..RunOptions::default()
+        },
+    );
     let x: Vec<f32> = (0..64 * 64 * 4 * 2)
         .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
         .collect();
@@ -126,7 +139,7 @@ fn main() {
         }
     }
     let me = std::env::current_exe().expect("exe");
-    for ty in ["f32", "bf16", "f16", "q8_0"] {
+    for ty in ["f32", "bf16", "f16", "q8_0", "bf16+fa", "q8_0+fa"] {
         let o = Command::new(&me)
             .args(["--variant", ty, "--threads", &threads.to_string(), "--dir"])
             .arg(&dir)
@@ -135,7 +148,7 @@ fn main() {
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         match (field(&text, "ours_s"), reference) {
             (Some(s), Some(r)) => println!(
-                "ours {ty:<5}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
+                "ours {ty:<7}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
                 s / r,
                 field(&text, "rss_mb").unwrap_or(0.0),
                 field(&text, "weights_mb").unwrap_or(0.0)

@@ -305,3 +305,89 @@ fn mmproj_gguf_vision_weights_give_the_same_image() {
     eprintln!("mmproj GGUF vs HF vision weights: PSNR {p:.1} dB");
     assert!(p >= 60.0, "PSNR {p:.1} dB");
 }
+
+/// `--init-img`: strength 1 starts from pure noise at σ = 1, so it must equal text-to-image;
+/// a lower strength starts later in the schedule from the noised init latent and differs.
+#[test]
+fn init_image_strength_one_equals_text_to_image() {
+    let s = store(false);
+    let backends = BackendPlan::cpu(2);
+    let llm = dir().join("llm.safetensors");
+    let pipe = QwenImage21Pipeline::load(&QwenImage21Load {
+        store: &s,
+        llm_path: Some(&llm),
+        tokenizer_path: None,
+        wtype: None,
+        flash_attn: false,
+        backends: &backends,
+        memory: sd_cli::runner::MemoryOptions::default(),
+        prefix_cache: true,
+        prefix_cache_type: GgmlType::F32,
+        need_encoder: true,
+        need_vision: false,
+        vision_path: None,
+    })
+    .unwrap();
+    let init = read_png(&dir().join("ref_rgb.png")).unwrap();
+    let prepared = sd_cli::pipeline::qwen_image_2_1::prepare_reference(&init, 96, 64).unwrap();
+    let x = sd_cli::models::vae::tiling::Planar::new(96, 64, 4, prepared.vae_input).unwrap();
+    let z = pipe.encode_image(&x, None).unwrap();
+    assert_eq!((z.w, z.h, z.c), (6, 4, 64));
+    let run = |init: Option<(&sd_cli::models::vae::tiling::Planar, f32)>| {
+        let mut plan = SamplingPlan::new(DEFAULT_SAMPLER, DEFAULT_SCHEDULE, 4);
+        plan.schedule_opts = schedule_options();
+        let mut noise = RngKind::Cpu.create(7);
+        let mut srng = RngKind::Cpu.create(7);
+        let x = pipe
+            .sample(QwenImage21Request {
+                prompt: PROMPT,
+                negative_prompt: NEGATIVE,
+                width: 96,
+                height: 64,
+                cfg_scale: 4.0,
+                plan: &plan,
+                noise_rng: noise.as_mut(),
+                sampler_rng: srng.as_mut(),
+                vae_tiling: None,
+                keep_prefix_cache: false,
+                init,
+                edit: None,
+            })
+            .unwrap();
+        HostTensor::new([x.w, x.h, x.c, 1], x.data).unwrap()
+    };
+    let t2i = run(None);
+    assert_close("strength 1 vs txt2img", &run(Some((&z, 1.0))), &t2i, 1e-6);
+    let half = run(Some((&z, 0.5)));
+    let diff = half
+        .data
+        .iter()
+        .zip(&t2i.data)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        diff > 1e-2,
+        "strength 0.5 should differ from txt2img ({diff})"
+    );
+}
+
+#[test]
+fn init_image_sets_the_output_size() {
+    let d = dir();
+    let path = |f: &str| d.join(f).to_str().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("i2i.png");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["--diffusion-model", &path("diffusion_model.safetensors")])
+        .args(["--vae", &path("vae.safetensors")])
+        .args(["--llm", &path("llm.safetensors")])
+        .args(["-p", PROMPT, "--steps", "2", "--strength", "0.5", "-t", "2"])
+        .args(["--init-img", &path("ref_rgb.png")])
+        .args(["-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let img = read_png(&out).unwrap();
+    // 80x48 floored to multiples of 32.
+    assert_eq!((img.width, img.height), (64, 32));
+}

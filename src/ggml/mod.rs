@@ -25,7 +25,7 @@ pub use error::GgmlError;
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;
 pub use logging::set_verbose;
-pub use mmap::map_readonly;
+pub use mmap::{map_readonly, release_resident};
 pub use ops::{RopeMode, ScaleMode};
 pub use quant::{dequantize_rows, quantize_rows, QuantizeError};
 pub use types::GgmlType;

@@ -17,9 +17,11 @@ fn key(node: Tensor<'_>) -> String {
     let op = node.op_name();
     match (op.as_str(), node.src(0), node.src(1)) {
         ("MUL_MAT", Some(a), Some(b)) => format!(
-            "MUL_MAT {} x {}{}",
+            "MUL_MAT {} {:?} x {} {:?}{}",
             a.ty(),
+            a.ne(),
             b.ty(),
+            b.ne(),
             if b.is_contiguous() { "" } else { " (strided)" }
         ),
         _ => op,
@@ -49,7 +51,7 @@ pub(crate) fn compute_profiled(
     eprintln!("profile {name}: {all:.3} s over {} nodes", graph.n_nodes());
     for (op, (secs, count)) in rows.iter().filter(|r| r.1 .0 >= all * 0.002) {
         eprintln!(
-            "  {op:<36} {secs:8.3} s {:5.1}%  ({count} nodes)",
+            "  {op:<64} {secs:8.3} s {:5.1}%  ({count} nodes)",
             100.0 * secs / all
         );
     }

@@ -36,6 +36,9 @@ pub trait WeightSource {
     }
     /// Short description of the source for errors.
     fn describe(&self) -> String;
+    /// Called with a tensor's borrowed bytes once they were copied out; sources backed by a
+    /// file map drop those pages from memory.
+    fn release(&self, _bytes: &[u8]) {}
 }
 
 /// f32 tensors held in memory (tests, demo models).
@@ -148,5 +151,9 @@ impl WeightSource for StoreSource<'_> {
             .map(|f| f.path.display().to_string())
             .collect();
         files.join(", ")
+    }
+
+    fn release(&self, bytes: &[u8]) {
+        self.store.release_mapped(bytes);
     }
 }

@@ -6,6 +6,7 @@
 //! copies (or converts) every declared tensor into it. The result, [`ModelWeights`], hands out
 //! tensors by [`Param`] index while building graphs.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -201,6 +202,9 @@ fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usi
             });
         }
         t.write_bytes(&src.bytes)?;
+        if let Cow::Borrowed(b) = &src.bytes {
+            source.release(b);
+        }
         return Ok(src.bytes.len());
     }
     let values = (src.to_f32)(&src.bytes).map_err(|reason| RunnerError::BadData {
@@ -214,6 +218,9 @@ fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usi
         reason,
     })?;
     t.write_bytes(&bytes)?;
+    if let Cow::Borrowed(b) = &src.bytes {
+        source.release(b);
+    }
     Ok(bytes.len())
 }
 

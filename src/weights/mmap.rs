@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-use crate::ggml::map_readonly;
+use crate::ggml::{map_readonly, release_resident};
 
 use super::error::{Result, WeightsError};
 
@@ -40,5 +40,19 @@ impl MappedFile {
     /// The whole file.
     pub fn bytes(&self) -> &[u8] {
         &self.map
+    }
+
+    /// If `bytes` lies inside this map, drops its resident pages (see
+    /// [`release_resident`]) and returns true.
+    pub fn release(&self, bytes: &[u8]) -> bool {
+        let base = self.map.as_ptr() as usize;
+        let start = bytes.as_ptr() as usize;
+        match start.checked_sub(base) {
+            Some(offset) if offset + bytes.len() <= self.map.len() => {
+                release_resident(&self.map, offset, bytes.len());
+                true
+            }
+            _ => false,
+        }
     }
 }

@@ -340,6 +340,17 @@ impl TensorStore {
         map.bytes().get(info.offset..end).ok_or_else(bad)
     }
 
+    /// Drops the resident pages of `bytes` if they are a slice of one of this store's maps (a
+    /// no-op otherwise): loaders call it after copying a tensor out, so peak RSS stays near
+    /// the copied weights instead of weights + mapped file.
+    pub fn release_mapped(&self, bytes: &[u8]) {
+        for m in &self.maps {
+            if m.release(bytes) {
+                return;
+            }
+        }
+    }
+
     /// The tensor's bytes in its load type `info.dtype` (converted when the file type differs).
     pub fn load_bytes(&self, info: &TensorInfo) -> Result<Cow<'_, [u8]>> {
         let raw = self.get_bytes(info)?;

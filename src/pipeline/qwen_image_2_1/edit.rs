@@ -22,6 +22,9 @@ use crate::weights::{Component, TensorStore};
 use super::refs::{prepare_reference, reference_size};
 use super::{PromptCondition, QwenImage21Pipeline};
 
+/// An edit prompt's encoder rows [hidden, L] and which rows are image slots.
+pub(super) type EditEmbedding = (HostTensor, Vec<bool>);
+
 /// The vision tower with its image-processor settings.
 pub(super) struct Vision {
     model: Qwen3VlVision,

@@ -152,7 +152,7 @@ pub struct QwenImage21Pipeline {
     embeds: RefCell<Vec<(String, HostTensor)>>,
     vision: Option<edit::Vision>,
     /// (references, prompt) → edit embedding and image-slot mask, as `embeds`.
-    edit_embeds: RefCell<Vec<(String, (HostTensor, Vec<bool>))>>,
+    edit_embeds: RefCell<Vec<(String, edit::EditEmbedding)>>,
 }
 
 fn missing(what: &str, flag: &str) -> Error {

@@ -100,6 +100,10 @@ impl<'s> Qwen3Source<'s> {
 }
 
 impl WeightSource for Qwen3Source<'_> {
+    fn release(&self, bytes: &[u8]) {
+        self.inner.release(bytes);
+    }
+
     fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
         self.inner.tensor(&self.resolve(name))
     }

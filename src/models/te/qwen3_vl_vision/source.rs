@@ -261,6 +261,10 @@ impl<'s> Qwen3VlVisionSource<'s> {
 }
 
 impl WeightSource for Qwen3VlVisionSource<'_> {
+    fn release(&self, bytes: &[u8]) {
+        self.inner.release(bytes);
+    }
+
     fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
         if name == PATCH_WEIGHT {
             return self.patch_weight();

@@ -48,6 +48,10 @@ impl<'s> T5Source<'s> {
 }
 
 impl WeightSource for T5Source<'_> {
+    fn release(&self, bytes: &[u8]) {
+        self.inner.release(bytes);
+    }
+
     fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
         self.inner.tensor(self.resolve(name))
     }
