@@ -391,3 +391,26 @@ fn init_image_sets_the_output_size() {
     // 80x48 floored to multiples of 32.
     assert_eq!((img.width, img.height), (64, 32));
 }
+
+#[test]
+fn unresized_reference_must_be_a_multiple_of_32() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let vision = d.join("llm_vision");
+    let o = sd_cli(
+        &tmp.path().join("x.png"),
+        &[
+            "--llm_vision",
+            vision.to_str().unwrap(),
+            "--disable-auto-resize-ref-image",
+            "-r",
+            d.join("ref_rgb.png").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("80x48") && err.contains("multiples of 32"),
+        "{err}"
+    );
+}
