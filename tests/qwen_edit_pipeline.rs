@@ -414,3 +414,31 @@ fn unresized_reference_must_be_a_multiple_of_32() {
         "{err}"
     );
 }
+
+#[test]
+fn ref_image_args_cap_the_reference_area() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let vision = d.join("llm_vision");
+    let reference = d.join("ref_rgb.png");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--llm_vision",
+            vision.to_str().unwrap(),
+            "-r",
+            reference.to_str().unwrap(),
+            "-v",
+        ];
+        args.extend_from_slice(extra);
+        sd_cli(&tmp.path().join("x.png"), &args)
+    };
+    // 80x48 at a 2048-pixel cap: round(√(2048·5/3)/32)·32 = 64 wide, 32 high.
+    let o = run(&["--ref-image-args", "vae_input_max_pixels=2048,preset=qwen"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(log.contains("80x48 -> 64x32"), "{log}");
+    assert!(log.contains("preset has no effect"), "{log}");
+    let o = run(&["--ref-image-args", "pass_to_dit=false"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("pass_to_dit"));
+}

@@ -304,10 +304,18 @@ fn run_qwen_image_2_1(ctx: &Ctx<'_>, store: &TensorStore, t_load: Instant) -> Re
     let edit = if ref_pngs.is_empty() {
         None
     } else {
+        let args = &cfg.inputs.ref_args;
+        if !args.pass_to_vlm || !args.pass_to_dit {
+            return Err(Error::Flag {
+                flag: "--ref-image-args".into(),
+                reason: "Qwen Image 2.1 reads every reference twice (vision slots in the                          prompt and latent tokens in the transformer): pass_to_vlm and                          pass_to_dit must stay true"
+                    .into(),
+            });
+        }
         let t = Instant::now();
         let e = pipe.prepare_edit(
             &ref_pngs,
-            (width * height) as usize,
+            args.target_area(u64::from(width) * u64::from(height)) as usize,
             cfg.inputs.auto_resize_ref_image,
             tiling.as_ref(),
         )?;

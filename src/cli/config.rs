@@ -17,6 +17,7 @@ use super::checks::{
 };
 use super::model_args::{ggml_type_name, parse_extra_sample_args, ModelArgs};
 use super::output_path::{self, check_output_path};
+use super::ref_image_args::RefImageArgs;
 use super::tiling::{self, VaeTiling};
 pub use super::unimplemented::{
     unimplemented_flags, unimplemented_mode, UNIMPLEMENTED_FLAGS, UNIMPLEMENTED_MODES,
@@ -107,6 +108,8 @@ pub struct InputImages {
     pub refs: Vec<PathBuf>,
     pub increase_ref_index: bool,
     pub auto_resize_ref_image: bool,
+    /// `--ref-image-args` (with `--disable-auto-resize-ref-image` folded in).
+    pub ref_args: RefImageArgs,
     pub control_strength: f32,
 }
 
@@ -507,6 +510,11 @@ impl RunConfig {
             embd_dir: m.embd_dir.clone(),
             lora_model_dir: m.lora_model_dir.clone(),
         };
+        let mut ref_args = RefImageArgs::default();
+        if g.disable_auto_resize_ref_image {
+            ref_args.resize_before_vae = false;
+        }
+        warnings.extend(ref_args.apply(&g.ref_image_args));
         let inputs = InputImages {
             init: g.init_img.clone(),
             end: g.end_img.clone(),
@@ -514,7 +522,8 @@ impl RunConfig {
             control: g.control_image.clone(),
             refs: g.ref_image.clone(),
             increase_ref_index: g.increase_ref_index,
-            auto_resize_ref_image: !g.disable_auto_resize_ref_image,
+            auto_resize_ref_image: ref_args.resize_before_vae,
+            ref_args,
             control_strength,
         };
         Ok(RunConfig {

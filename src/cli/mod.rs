@@ -7,6 +7,7 @@ mod checks;
 pub mod config;
 pub mod model_args;
 pub mod output_path;
+pub mod ref_image_args;
 pub mod tiling;
 pub mod unimplemented;
 
@@ -14,5 +15,6 @@ pub use args::{Cli, Mode};
 pub use checks::physical_cores;
 pub use config::{align_size_up, CliError, RunConfig};
 pub use model_args::{ModelArgs, PrefixCacheType};
+pub use ref_image_args::RefImageArgs;
 pub use tiling::VaeTiling;
 pub use unimplemented::{unimplemented_flags, unimplemented_mode};

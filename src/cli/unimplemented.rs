@@ -58,7 +58,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--ref-video",
     "--ref-video-audio",
     "--ref-audio",
-    "--ref-image-args",
     "--video-frames",
     "--fps",
     "--moe-boundary",

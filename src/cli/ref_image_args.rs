@@ -1,0 +1,110 @@
+//! `--ref-image-args K=V,...`: how reference images are prepared (upstream keys).
+//!
+//! Keys that matter for the models here: `resize_before_vae` (resize each reference to the
+//! output's area before encoding; `--disable-auto-resize-ref-image` is its deprecated
+//! spelling) and `vae_input_max_pixels` (cap that area). `pass_to_vlm` / `pass_to_dit` must stay
+//! on for Qwen Image 2.1 (each reference fills vision slots *and* latent slots); the other
+//! upstream keys are accepted and noted as having no effect. As with `--model-args`, an invalid
+//! value or unknown key warns and keeps the previous setting.
+
+use serde::Serialize;
+
+use super::model_args::{parse_bool, parse_key_value_list};
+
+/// The reference-image settings of a run.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RefImageArgs {
+    pub resize_before_vae: bool,
+    /// Cap on a resized reference's pixel count (`None` = the output's area).
+    pub vae_input_max_pixels: Option<u64>,
+    pub pass_to_vlm: bool,
+    pub pass_to_dit: bool,
+}
+
+impl Default for RefImageArgs {
+    fn default() -> Self {
+        Self {
+            resize_before_vae: true,
+            vae_input_max_pixels: None,
+            pass_to_vlm: true,
+            pass_to_dit: true,
+        }
+    }
+}
+
+/// Upstream keys accepted without an effect on the supported models.
+const NO_EFFECT: &[&str] = &[
+    "preset",
+    "ref_index_mode",
+    "vlm_resize_mode",
+    "vlm_min_size",
+    "vlm_max_size",
+    "vlm_size",
+    "force_ref_timestep_zero",
+    "resize_vae_to_target",
+];
+
+impl RefImageArgs {
+    /// Applies every `--ref-image-args` item in order over `self`; returns warnings.
+    pub fn apply(&mut self, items: &[String]) -> Vec<String> {
+        let ctx = "--ref-image-args";
+        let mut warnings = Vec::new();
+        for raw in items {
+            let (pairs, w) = parse_key_value_list(raw, ctx);
+            warnings.extend(w);
+            for (key, value) in pairs {
+                let bad = |what: &str| {
+                    format!("{ctx}: ignoring {key}={value} ({what}); keeping the previous value")
+                };
+                match key.as_str() {
+                    "resize_before_vae" | "pass_to_vlm" | "pass_to_dit" => {
+                        match parse_bool(&value) {
+                            Some(b) => match key.as_str() {
+                                "resize_before_vae" => self.resize_before_vae = b,
+                                "pass_to_vlm" => self.pass_to_vlm = b,
+                                _ => self.pass_to_dit = b,
+                            },
+                            None => warnings.push(bad("expected true or false")),
+                        }
+                    }
+                    "vae_input_max_pixels" => match value.parse::<u64>() {
+                        Ok(0) => self.vae_input_max_pixels = None,
+                        Ok(n) => self.vae_input_max_pixels = Some(n),
+                        Err(_) => warnings.push(bad("expected a pixel count")),
+                    },
+                    k if NO_EFFECT.contains(&k) => warnings.push(format!(
+                        "{ctx}: {key} has no effect on the supported models; ignored"
+                    )),
+                    _ => warnings.push(format!("{ctx}: unknown key '{key}' ignored")),
+                }
+            }
+        }
+        warnings
+    }
+
+    /// The pixel area references are resized to for an output of `output_area` pixels.
+    pub fn target_area(&self, output_area: u64) -> u64 {
+        self.vae_input_max_pixels
+            .map_or(output_area, |m| m.min(output_area))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_apply_in_order_and_bad_values_keep_the_previous_setting() {
+        let mut a = RefImageArgs::default();
+        let w = a.apply(&[
+            "resize_before_vae=false, vae_input_max_pixels=4096".into(),
+            "vae_input_max_pixels=lots;pass_to_vlm=maybe;preset=qwen;frobnicate=1".into(),
+        ]);
+        assert!(!a.resize_before_vae);
+        assert_eq!(a.vae_input_max_pixels, Some(4096));
+        assert!(a.pass_to_vlm);
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert_eq!(a.target_area(96 * 64), 4096);
+        assert_eq!(RefImageArgs::default().target_area(96 * 64), 96 * 64);
+    }
+}
