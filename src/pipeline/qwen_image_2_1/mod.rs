@@ -1,5 +1,6 @@
-//! Qwen Image 2.1 text-to-image: Qwen3-VL text encoder → Qwen Image 2.1 transformer (velocity
-//! prediction on the Flux-shifted flow schedule, optional true CFG) → Qwen Image 2.1 VAE (RGBA).
+//! Qwen Image 2.1 text-to-image, editing and img2img: Qwen3-VL text encoder (with the vision
+//! tower for reference images, [`edit`]) → Qwen Image 2.1 transformer (velocity prediction on
+//! the Flux-shifted flow schedule, optional true CFG) → Qwen Image 2.1 VAE (RGBA).
 //!
 //! Matches diffusers' `QwenImage21Pipeline` (REFERENCE-NOTES §13–25): the prompt goes through
 //! the chat template and the system turn's rows are dropped; the latent is `noise` at σ = 1 in
@@ -8,9 +9,10 @@
 //! with their own text lengths, combined as `uncond + s·(cond − uncond)`; the VAE decodes
 //! `x·std + mean`, clamps to [−1, 1] and maps to [0, 1] RGBA.
 //!
-//! The text tokens' keys and values never change across steps (they are modulated with t = 0
-//! and attend causally to text only), so by default each condition's text prefix is stored on
-//! its first step and reused ([`PrefixCache`]); the result is the same as without it.
+//! The prefix tokens' keys and values (text, and reference latents when editing) never change
+//! across steps (they are modulated with t = 0 and never attend to the target), so by default
+//! each condition's prefix is stored on its first step and reused ([`PrefixCache`]); the result
+//! is the same as without it.
 
 use std::cell::RefCell;
 use std::path::Path;

@@ -1,18 +1,19 @@
 //! Qwen Image 2.1 diffusion transformer (diffusers `QwenImage21Transformer2DModel`).
 //!
-//! One joint stream [text…, image…] through N identical blocks with block-causal attention:
-//! text queries see earlier text only, image queries see all text and the whole image. Text
-//! tokens are modulated from t = 0 and image tokens from t, with one shared modulation
-//! (`[scale1, gate1, scale2, gate2]`, no shift) for every block. The image is a plain raster
-//! of latent pixels (one token each, channels last); positions are 3-axis rope (frame,
-//! height, width) in the interleaved-pair layout: text token j at (j, j, j), every image
-//! token at frame L_text with centred height/width. Output: the velocity of the image
-//! tokens.
+//! One joint stream [prefix…, target image…] through N identical blocks with block-causal
+//! attention. The prefix is the text, with condition-image latents (editing) where the
+//! encoder's image slots were ([`layout`]): prefix queries see earlier prefix tokens and their
+//! own image block, target queries see the whole prefix and the whole target. Prefix tokens
+//! are modulated from t = 0 and target tokens from t, with one shared modulation
+//! (`[scale1, gate1, scale2, gate2]`, no shift) for every block. Images are plain rasters of
+//! latent pixels (one token each, channels last); positions are 3-axis rope (frame, height,
+//! width) in the interleaved-pair layout: text at (p, p, p), an image block at frame p with
+//! centred height/width. Output: the velocity of the target tokens.
 //!
-//! Because the text tokens never see the image or the timestep, their keys and values are
-//! the same at every denoising step: [`KvMode::Store`] keeps them per layer in the runner's
-//! named cache and [`KvMode::Reuse`] runs the image tokens alone against them (see
-//! [`prefix`] for the step driver with storage types and the out-of-memory fallback).
+//! Because prefix tokens never see the target or the timestep, their keys and values are the
+//! same at every denoising step: [`KvMode::Store`] keeps them per layer in the runner's named
+//! cache and [`KvMode::Reuse`] runs the target tokens alone against them (see [`prefix`] for
+//! the step driver with storage types and the out-of-memory fallback).
 //!
 //! Both checkpoint layouts load: diffusers names (split `img_mlp.proj` / `gate_layer`) and
 //! single-file checkpoints with a fused `img_mlp.gate_up` (strip `model.diffusion_model.`
