@@ -34,6 +34,8 @@ pub struct GraphCtx<'g> {
     pub(crate) cuts: RefCell<Vec<(Tensor<'g>, CutMark)>>,
     pub(crate) stores: RefCell<Vec<(Tensor<'g>, String)>>,
     flash_attn: bool,
+    /// Exact attention may use ggml's fused kernel with f32 K/V (the CPU backend has it).
+    fused_f32_attention: bool,
     /// The graph being built, when the runner made it first: cache stores are scheduled
     /// into it as they are registered, so they run (and free their sources) in their own
     /// block's segment instead of at the graph's end.
@@ -62,8 +64,17 @@ impl<'g> GraphCtx<'g> {
             cuts: RefCell::new(Vec::new()),
             stores: RefCell::new(Vec::new()),
             flash_attn,
+            fused_f32_attention: false,
             graph: None,
         }
+    }
+
+    /// Lets exact attention run through ggml's fused kernel with f32 K/V (online softmax in
+    /// f32: no score matrix in memory, same results to f32 rounding). Only backends whose
+    /// fused kernel takes f32 K/V (the CPU) turn this on.
+    pub(crate) fn with_fused_f32_attention(mut self, on: bool) -> Self {
+        self.fused_f32_attention = on;
+        self
     }
 
     /// Schedules cache stores into `graph` as they are registered.
@@ -127,6 +138,11 @@ impl<'g> GraphCtx<'g> {
     /// Whether attention should use ggml's fused flash-attention kernel (`--fa`).
     pub fn flash_attn(&self) -> bool {
         self.flash_attn
+    }
+
+    /// Whether exact (non-`--fa`) attention may use the fused kernel with f32 K/V.
+    pub fn fused_f32_attention(&self) -> bool {
+        self.fused_f32_attention
     }
 
     /// Marks `t` as a possible split point closing block `group` (see the graph-cut planner).

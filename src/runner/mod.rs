@@ -223,6 +223,7 @@ impl Runner {
         let cache = self.cache.borrow();
         let graph = Graph::new(ctx, size);
         let g = GraphCtx::new(ctx, self.weights.as_ref(), &cache, self.options.flash_attn)
+            .with_fused_f32_attention(self.backend.is_cpu())
             .with_graph(&graph);
         let outputs = build(&g);
         // Outputs are made contiguous f32 so they read back in one copy.
