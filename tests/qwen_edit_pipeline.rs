@@ -17,6 +17,7 @@ use common::*;
 use sd_cli::app::BackendPlan;
 use sd_cli::ggml::GgmlType;
 use sd_cli::image_io::{read_png, Image};
+use sd_cli::models::vae::tiling::Planar;
 use sd_cli::pipeline::qwen_image_2_1::{
     schedule_options, EditInputs, QwenImage21Load, QwenImage21Pipeline, QwenImage21Request,
     DEFAULT_SAMPLER, DEFAULT_SCHEDULE,
@@ -84,10 +85,21 @@ fn refs(files: &[&str]) -> Vec<Image> {
 }
 
 fn sample(pipe: &QwenImage21Pipeline, edit: &EditInputs) -> HostTensor {
+    sample_with(pipe, Some(edit), None, 42)
+}
+
+/// One 4-step run at 96x64 (true CFG 4) from `seed`, optionally editing and/or from an init
+/// latent; returns the final latent.
+fn sample_with(
+    pipe: &QwenImage21Pipeline,
+    edit: Option<&EditInputs>,
+    init: Option<(&Planar, f32)>,
+    seed: u64,
+) -> HostTensor {
     let mut plan = SamplingPlan::new(DEFAULT_SAMPLER, DEFAULT_SCHEDULE, 4);
     plan.schedule_opts = schedule_options();
-    let mut noise = RngKind::Cpu.create(42);
-    let mut srng = RngKind::Cpu.create(42);
+    let mut noise = RngKind::Cpu.create(seed);
+    let mut srng = RngKind::Cpu.create(seed);
     let x = pipe
         .sample(QwenImage21Request {
             prompt: PROMPT,
@@ -100,8 +112,8 @@ fn sample(pipe: &QwenImage21Pipeline, edit: &EditInputs) -> HostTensor {
             sampler_rng: srng.as_mut(),
             vae_tiling: None,
             keep_prefix_cache: false,
-            init: None,
-            edit: Some(edit),
+            init,
+            edit,
         })
         .unwrap();
     HostTensor::new([x.w, x.h, x.c, 1], x.data).unwrap()
@@ -330,32 +342,10 @@ fn init_image_strength_one_equals_text_to_image() {
     .unwrap();
     let init = read_png(&dir().join("ref_rgb.png")).unwrap();
     let prepared = sd_cli::pipeline::qwen_image_2_1::prepare_reference(&init, 96, 64).unwrap();
-    let x = sd_cli::models::vae::tiling::Planar::new(96, 64, 4, prepared.vae_input).unwrap();
+    let x = Planar::new(96, 64, 4, prepared.vae_input).unwrap();
     let z = pipe.encode_image(&x, None).unwrap();
     assert_eq!((z.w, z.h, z.c), (6, 4, 64));
-    let run = |init: Option<(&sd_cli::models::vae::tiling::Planar, f32)>| {
-        let mut plan = SamplingPlan::new(DEFAULT_SAMPLER, DEFAULT_SCHEDULE, 4);
-        plan.schedule_opts = schedule_options();
-        let mut noise = RngKind::Cpu.create(7);
-        let mut srng = RngKind::Cpu.create(7);
-        let x = pipe
-            .sample(QwenImage21Request {
-                prompt: PROMPT,
-                negative_prompt: NEGATIVE,
-                width: 96,
-                height: 64,
-                cfg_scale: 4.0,
-                plan: &plan,
-                noise_rng: noise.as_mut(),
-                sampler_rng: srng.as_mut(),
-                vae_tiling: None,
-                keep_prefix_cache: false,
-                init,
-                edit: None,
-            })
-            .unwrap();
-        HostTensor::new([x.w, x.h, x.c, 1], x.data).unwrap()
-    };
+    let run = |init| sample_with(&pipe, None, init, 7);
     let t2i = run(None);
     assert_close("strength 1 vs txt2img", &run(Some((&z, 1.0))), &t2i, 1e-6);
     let half = run(Some((&z, 0.5)));

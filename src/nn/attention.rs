@@ -7,9 +7,6 @@ use crate::runner::GraphCtx;
 /// entries are 0 (attend) or -inf (masked).
 pub struct AttentionMask<'g>(pub Tensor<'g>);
 
-/// Inner-dimension multiple ggml's CPU sgemm needs (16 f32 lanes with AVX-512, 8 with AVX).
-const SGEMM_K: usize = 16;
-
 /// q: [head_dim * heads, n_q, B], k/v: [head_dim * heads, n_kv, B] → [head_dim * heads, n_q, B].
 ///
 /// With `g.flash_attn()` the fused kernel runs with K/V in f16 and f32 accumulation; otherwise
@@ -54,17 +51,8 @@ pub fn attention<'g>(
         return g.reshape(out, [dim, n_q, batch, 1]);
     }
 
-    // scores: [n_kv, n_q, H, B]. ggml's CPU backend takes its tiled sgemm path only for a
-    // contiguous q and a head size that is a multiple of the SIMD width (16 floats with
-    // AVX-512); zero-padding q and k to that (e.g. PixArt's 72 → 80) keeps every dot product
-    // and costs far less than the fallback (3× slower at 72).
-    let pad = (SGEMM_K - head_dim % SGEMM_K) % SGEMM_K;
-    let scores = if pad == 0 {
-        g.mul_mat(k, g.cont(q))
-    } else {
-        let widen = |t: Tensor<'g>| g.pad(g.cont(t), [(0, pad), (0, 0), (0, 0), (0, 0)]);
-        g.mul_mat(widen(k), widen(q))
-    };
+    // Backends without the f32 fused kernel (GPUs without --fa): scores [n_kv, n_q, H, B].
+    let scores = g.mul_mat(k, q);
     let probs = g.soft_max_ext(scores, mask.map(|m| m.0), scale);
     // v^T: [n_kv, d, H, B]
     let vt = g.cont(g.permute(

@@ -1,6 +1,7 @@
 //! Orchestration per model family: condition → sample → decode. No ggml calls here; models
 //! run through their runners.
 
+mod memo;
 pub mod pixart;
 pub mod qwen_image_2_1;
 mod vae_decode;

@@ -79,22 +79,29 @@ pub fn encode_image_kl(
     x: &Planar,
     tiling: Option<&TileSettings>,
 ) -> Result<Planar> {
-    let scale = vae.scale_factor();
-    match tiling {
-        None => encode_one(runner, vae, x),
-        Some(settings) => {
-            let grid = plan_tiles(x.w, x.h, scale, settings)?;
-            if grid.is_single() {
-                return encode_one(runner, vae, x);
-            }
-            let mut bar = Progress::new("encoding", grid.len());
-            tiled_encode(
-                x,
-                scale,
-                &grid,
-                |tile| encode_one(runner, vae, tile),
-                |i, _| bar.set(i),
-            )
-        }
+    encode_maybe_tiled(x, vae.scale_factor(), tiling, |t| {
+        encode_one(runner, vae, t)
+    })
+}
+
+/// Runs `encode_one` on the whole image, or tile by tile (with a progress bar) when `tiling`
+/// plans more than one tile; any VAE whose output is `scale` times smaller works.
+pub fn encode_maybe_tiled<F>(
+    x: &Planar,
+    scale: usize,
+    tiling: Option<&TileSettings>,
+    mut encode_one: F,
+) -> Result<Planar>
+where
+    F: FnMut(&Planar) -> Result<Planar>,
+{
+    let grid = match tiling {
+        Some(settings) => plan_tiles(x.w, x.h, scale, settings)?,
+        None => return encode_one(x),
+    };
+    if grid.is_single() {
+        return encode_one(x);
     }
+    let mut bar = Progress::new("encoding", grid.len());
+    tiled_encode(x, scale, &grid, encode_one, |i, _| bar.set(i))
 }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod gguf;
 pub mod png;
 pub mod safetensors;

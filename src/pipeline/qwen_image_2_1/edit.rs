@@ -254,31 +254,16 @@ impl QwenImage21Pipeline {
         prompt: &str,
         edit: &EditInputs,
     ) -> Result<(HostTensor, Vec<bool>)> {
-        let memo_key = format!("{:016x}\u{0}{prompt}", edit.id());
-        let cached = self
-            .edit_embeds
-            .borrow()
-            .iter()
-            .find(|(k, _)| *k == memo_key)
-            .map(|(_, v)| v.clone());
-        let (text, pads) = match cached {
-            Some(v) => v,
-            None => {
-                let v = encode_qwen_image_21_edit(
-                    &self.te_runner,
-                    &self.te,
-                    &self.tokenizer,
-                    prompt,
-                    &edit.vision,
-                )?;
-                let mut memo = self.edit_embeds.borrow_mut();
-                if memo.len() >= 2 {
-                    memo.remove(0);
-                }
-                memo.push((memo_key, v.clone()));
-                v
-            }
-        };
-        Ok((text, pads))
+        let key = format!("{:016x}\u{0}{prompt}", edit.id());
+        self.edit_embeds.get_or_try(&key, || {
+            encode_qwen_image_21_edit(
+                &self.te_runner,
+                &self.te,
+                &self.tokenizer,
+                prompt,
+                &edit.vision,
+            )
+            .map_err(Error::from)
+        })
     }
 }

@@ -14,7 +14,6 @@
 //! each condition's prefix is stored on its first step and reused ([`PrefixCache`]); the result
 //! is the same as without it.
 
-use std::cell::RefCell;
 use std::path::Path;
 use std::time::Instant;
 
@@ -29,9 +28,7 @@ use crate::models::te::qwen3::{
     Qwen3TextModel, DEFAULT_MROPE_SECTION,
 };
 use crate::models::vae::qwen_image_2_1_vae::{LatentStats, QwenImage21Vae, QwenImage21VaeConfig};
-use crate::models::vae::tiling::{
-    decode_with_retry, plan_tiles, tiled_decode, tiled_encode, Planar, TileSettings,
-};
+use crate::models::vae::tiling::{decode_with_retry, tiled_decode, Planar, TileSettings};
 use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::runner::{
@@ -47,6 +44,8 @@ use crate::tokenizers::{
 };
 use crate::weights::{Component, TensorStore};
 
+use super::memo::Memo;
+use super::vae_decode::encode_maybe_tiled;
 use super::FloatImage;
 
 mod edit;
@@ -151,10 +150,10 @@ pub struct QwenImage21Pipeline {
     stats: LatentStats,
     cache: Option<PrefixCache>,
     /// Prompt → embedding of the last request (reused across --batch-count images).
-    embeds: RefCell<Vec<(String, HostTensor)>>,
+    embeds: Memo<HostTensor>,
     vision: Option<edit::Vision>,
     /// (references, prompt) → edit embedding and image-slot mask, as `embeds`.
-    edit_embeds: RefCell<Vec<(String, edit::EditEmbedding)>>,
+    edit_embeds: Memo<edit::EditEmbedding>,
 }
 
 fn missing(what: &str, flag: &str) -> Error {
@@ -345,9 +344,9 @@ impl QwenImage21Pipeline {
             vae_runner,
             stats,
             cache,
-            embeds: RefCell::new(Vec::new()),
+            embeds: Memo::new(2),
             vision,
-            edit_embeds: RefCell::new(Vec::new()),
+            edit_embeds: Memo::new(2),
         })
     }
 
@@ -371,16 +370,10 @@ impl QwenImage21Pipeline {
     /// The prompt embedding [hidden, L]: the templated prompt through the text encoder, minus
     /// the system turn (an empty prompt becomes " ").
     pub fn encode_prompt(&self, prompt: &str) -> Result<HostTensor> {
-        if let Some((_, t)) = self.embeds.borrow().iter().find(|(p, _)| p == prompt) {
-            return Ok(t.clone());
-        }
-        let t = encode_qwen_image_21(&self.te_runner, &self.te, &self.tokenizer, prompt)?;
-        let mut memo = self.embeds.borrow_mut();
-        if memo.len() >= 2 {
-            memo.remove(0);
-        }
-        memo.push((prompt.to_string(), t.clone()));
-        Ok(t)
+        self.embeds.get_or_try(prompt, || {
+            encode_qwen_image_21(&self.te_runner, &self.te, &self.tokenizer, prompt)
+                .map_err(Error::from)
+        })
     }
 
     /// The transformer condition of `prompt` (with the references when editing).
@@ -551,19 +544,7 @@ impl QwenImage21Pipeline {
                 x.c
             )));
         }
-        let scale = self.vae.scale_factor();
-        let mean = match tiling {
-            Some(settings) => {
-                let grid = plan_tiles(x.w, x.h, scale, settings)?;
-                if grid.is_single() {
-                    self.encode_one(x)?
-                } else {
-                    let mut bar = Progress::new("encoding", grid.len());
-                    tiled_encode(x, scale, &grid, |t| self.encode_one(t), |i, _| bar.set(i))?
-                }
-            }
-            None => self.encode_one(x)?,
-        };
+        let mean = encode_maybe_tiled(x, self.vae.scale_factor(), tiling, |t| self.encode_one(t))?;
         let mut z = HostTensor::new([mean.w, mean.h, mean.c, 1], mean.data)
             .ok_or_else(|| Error::Unsupported("latent shape".into()))?;
         self.stats.normalize(&mut z)?;

@@ -27,18 +27,9 @@ pub struct PreparedRef {
 pub fn calculate_dimensions(target_area: f64, ratio: f64) -> (usize, usize) {
     let width = (target_area * ratio).sqrt();
     let height = width / ratio;
-    let round = |v: f64| (round_half_even(v / REF_MULTIPLE as f64) as usize) * REF_MULTIPLE;
+    // Python's `round` rounds ties to even.
+    let round = |v: f64| ((v / REF_MULTIPLE as f64).round_ties_even() as usize) * REF_MULTIPLE;
     (round(width), round(height))
-}
-
-/// Python's `round` (ties to even).
-fn round_half_even(v: f64) -> f64 {
-    let r = v.round();
-    if (v - v.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
-        r - v.signum()
-    } else {
-        r
-    }
 }
 
 /// The size reference `index` (0-based) is encoded at: `target_area` at its own aspect
