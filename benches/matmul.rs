@@ -1,18 +1,20 @@
 //! Matmul throughput of ggml on this machine, beside torch's in the same run.
 //!
-//! `cargo bench --bench matmul [-- --threads N --tokens N]`: a 1152×4608 weight (PixArt's
+//! `cargo bench --bench matmul [-- --threads N --tokens N --k K --m M]`: a 1152×4608 weight (PixArt's
 //! FFN shape) times 2048 tokens, weights in f32/f16/bf16/q8_0, activations f32. When python3
 //! with torch is available, torch f32 (and bf16) run the same product with the same thread
-//! count and the ratios are printed.
+//! count and the ratios are printed. Where this CPU has them, the blocked AVX-512 kernels
+//! (`ggml::gemm`, what `Linear` uses on the CPU) run beside ggml's `mul_mat`.
 
 use std::process::Command;
 use std::time::Instant;
 
-use sd_cli::ggml::{Arena, Backend, Context, Gallocr, GgmlType, Graph};
+use sd_cli::ggml::{blocked_gemm_available, Arena, Backend, Context, Gallocr, GgmlType, Graph};
 use sd_cli::runner::convert_f32;
 
-const K: usize = 1152;
-const M: usize = 4608;
+/// PixArt's FFN up-projection by default; `--k` and `--m` pick another weight shape.
+const DEFAULT_K: usize = 1152;
+const DEFAULT_M: usize = 4608;
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -36,26 +38,38 @@ fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
 }
 
 /// Times only the graph compute (weights and input already on the backend).
-fn bench_ggml(ty: GgmlType, tokens: usize, threads: usize, reps: usize) -> f64 {
+fn bench_ggml(
+    ty: GgmlType,
+    blocked: bool,
+    (k, m): (usize, usize),
+    tokens: usize,
+    threads: usize,
+    reps: usize,
+) -> f64 {
     let backend = Backend::cpu(threads).expect("CPU backend");
     let mut weights = Arena::new(2).expect("arena");
-    let w = weights.add(ty, [K, M, 1, 1], "w").expect("room");
+    let w = weights.add(ty, [k, m, 1, 1], "w").expect("room");
     let x = weights
-        .add(GgmlType::F32, [K, tokens, 1, 1], "x")
+        .add(GgmlType::F32, [k, tokens, 1, 1], "x")
         .expect("room");
     let _buf = backend
         .alloc_context(weights.context(), "bench")
         .expect("alloc");
-    let wbytes = convert_f32(&pseudo_random(K * M, 1), ty, K).expect("convert");
+    let wbytes = convert_f32(&pseudo_random(k * m, 1), ty, k).expect("convert");
     weights.get(w).write_bytes(&wbytes).expect("write w");
     weights
         .get(x)
-        .write_f32(&pseudo_random(K * tokens, 2))
+        .write_f32(&pseudo_random(k * tokens, 2))
         .expect("write x");
 
     let ctx = Context::new(16, 16).expect("ctx");
     let graph = Graph::new(&ctx, 16);
-    let y = ctx.mul_mat(weights.get(w), weights.get(x));
+    let (wt, xt) = (weights.get(w), weights.get(x));
+    let y = if blocked {
+        ctx.blocked_linear(wt, xt, None).expect("blocked kernel")
+    } else {
+        ctx.mul_mat(wt, xt)
+    };
     graph.expand(y);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
     galloc.alloc(&graph).expect("alloc graph");
@@ -65,14 +79,19 @@ fn bench_ggml(ty: GgmlType, tokens: usize, threads: usize, reps: usize) -> f64 {
         backend.compute(&graph).expect("compute");
         best = best.min(t0.elapsed().as_secs_f64());
     }
-    assert_eq!(y.ne(), [M, tokens, 1, 1]);
-    2.0 * (K * M * tokens) as f64 / best / 1e9
+    assert_eq!(y.ne(), [m, tokens, 1, 1]);
+    2.0 * (k * m * tokens) as f64 / best / 1e9
 }
 
-fn bench_torch(tokens: usize, threads: usize, reps: usize) -> Option<(f64, f64)> {
+fn bench_torch(
+    (k, m): (usize, usize),
+    tokens: usize,
+    threads: usize,
+    reps: usize,
+) -> Option<(f64, f64)> {
     let script = format!(
-        "import torch,time\ntorch.set_num_threads({threads})\nw=torch.randn({M},{K})\nx=torch.randn({tokens},{K})\n\
-         def run(w,x):\n  best=1e9\n  for _ in range({reps}+1):\n    t=time.perf_counter(); torch.nn.functional.linear(x,w); best=min(best,time.perf_counter()-t)\n  return 2*{K}*{M}*{tokens}/best/1e9\n\
+        "import torch,time\ntorch.set_num_threads({threads})\nw=torch.randn({m},{k})\nx=torch.randn({tokens},{k})\n\
+         def run(w,x):\n  best=1e9\n  for _ in range({reps}+1):\n    t=time.perf_counter(); torch.nn.functional.linear(x,w); best=min(best,time.perf_counter()-t)\n  return 2*{k}*{m}*{tokens}/best/1e9\n\
          print(run(w,x), run(w.bfloat16(),x.bfloat16()))"
     );
     let out = Command::new("python3")
@@ -93,8 +112,10 @@ fn main() {
     let threads = arg("--threads", 2);
     let tokens = arg("--tokens", 2048);
     let reps = arg("--reps", 5);
-    println!("matmul {K}x{M} weight × {tokens} tokens, {threads} threads (best of {reps})");
-    let torch = bench_torch(tokens, threads, reps);
+    let shape = (arg("--k", DEFAULT_K), arg("--m", DEFAULT_M));
+    let (k, m) = shape;
+    println!("matmul {k}x{m} weight × {tokens} tokens, {threads} threads (best of {reps})");
+    let torch = bench_torch(shape, tokens, threads, reps);
     let torch_f32 = torch.map(|t| t.0);
     if let Some((f32_gflops, bf16_gflops)) = torch {
         println!("torch  f32   {f32_gflops:8.1} GFLOP/s");
@@ -102,15 +123,24 @@ fn main() {
     } else {
         println!("torch  (python3 with torch not available: no reference in this run)");
     }
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
-        let g = bench_ggml(ty, tokens, threads, reps);
+    let mut runs: Vec<(GgmlType, bool)> = [GgmlType::F32, GgmlType::F16, GgmlType::BF16]
+        .into_iter()
+        .filter(|&ty| blocked_gemm_available(ty))
+        .map(|ty| (ty, true))
+        .collect();
+    runs.extend(
+        [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0].map(|ty| (ty, false)),
+    );
+    for (ty, blocked) in runs {
+        let g = bench_ggml(ty, blocked, shape, tokens, threads, reps);
+        let who = if blocked { "blocked" } else { "ggml" };
         match torch_f32 {
             Some(t) => println!(
-                "ggml   {:<5} {g:8.1} GFLOP/s  ({:.2}x torch f32)",
+                "{who:<7} {:<5} {g:8.1} GFLOP/s  ({:.2}x torch f32)",
                 ty.name(),
                 g / t
             ),
-            None => println!("ggml   {:<5} {g:8.1} GFLOP/s", ty.name()),
+            None => println!("{who:<7} {:<5} {g:8.1} GFLOP/s", ty.name()),
         }
     }
 }

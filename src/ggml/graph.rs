@@ -85,15 +85,17 @@ pub struct SubGraph<'t> {
 
 impl<'t> SubGraph<'t> {
     pub fn new(nodes: &[Tensor<'t>]) -> Result<Self, super::GgmlError> {
-        let size = nodes.len().max(1);
-        let ctx = Context::new(0, size)?;
+        let padding = 4 * outside_tensors(nodes);
+        let size = (nodes.len() + padding).max(1);
+        let ctx = Context::new(padding, size)?;
         // SAFETY: the context reserved room for a graph of `size` nodes.
         let raw = unsafe { sys::ggml_new_graph_custom(ctx.raw(), size, false) };
         let raw = NonNull::new(raw).ok_or(super::GgmlError::ContextInit { bytes: size })?;
-        for t in nodes {
-            // SAFETY: `size` ≥ nodes.len(), so ggml's capacity assert holds; the nodes live
-            // for 't, which outlives this graph.
-            unsafe { sys::ggml_graph_add_node(raw.as_ptr(), t.raw()) };
+        let pads = (0..padding).map(|_| ctx.new_tensor(super::GgmlType::F32, [1, 1, 1, 1]));
+        for t in nodes.iter().map(|t| t.raw()).chain(pads.map(|t| t.raw())) {
+            // SAFETY: `size` ≥ the node count added, so ggml's capacity assert holds; the
+            // nodes live for 't and the pads as long as this graph's own context.
+            unsafe { sys::ggml_graph_add_node(raw.as_ptr(), t) };
         }
         Ok(Self {
             raw,
@@ -106,6 +108,28 @@ impl<'t> SubGraph<'t> {
     pub fn n_nodes(&self) -> usize {
         self.n_nodes
     }
+}
+
+/// How many tensors the nodes read without computing them (weights, inputs, earlier
+/// segments' results, view bases).
+///
+/// ggml's allocator sizes its hash table from the graph's node and leaf counts alone (with a
+/// 25 % margin) and aborts when more tensors than that show up; a run of nodes has no leafs,
+/// so [`SubGraph::new`] pads it with this many times four inert 1-element nodes (op NONE:
+/// allocated, never computed), which keeps the table large enough for any mix of sources.
+fn outside_tensors(nodes: &[Tensor<'_>]) -> usize {
+    let inside: std::collections::HashSet<usize> = nodes.iter().map(|t| t.id()).collect();
+    let mut outside = std::collections::HashSet::new();
+    for t in nodes {
+        for s in t.srcs().into_iter().chain(t.view_base()) {
+            for u in std::iter::once(s).chain(s.view_base()) {
+                if !inside.contains(&u.id()) {
+                    outside.insert(u.id());
+                }
+            }
+        }
+    }
+    outside.len()
 }
 
 impl sealed::Sealed for SubGraph<'_> {

@@ -23,6 +23,13 @@ pub fn attention<'g>(
     let n_kv = k.ne()[1];
     let head_dim = dim / heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
+    if g.blocked_gemm() && !g.flash_attn() {
+        // CPU: heads read in place by the blocked kernels (exact, f32), when they take it.
+        let c = |t: Tensor<'g>| if t.is_contiguous() { t } else { g.cont(t) };
+        if let Some(out) = g.blocked_attention(c(q), c(k), c(v), heads, mask.map(|m| m.0), scale) {
+            return out;
+        }
+    }
     // [d, H, n, B] -> [d, n, H, B]
     let split = |t: Tensor<'g>, n: usize| {
         g.permute(

@@ -43,10 +43,6 @@ impl Linear {
 
     /// x: [in, ...] → [out, ...].
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
-        let y = g.mul_mat(g.param(self.weight), x);
-        match self.bias {
-            Some(b) => g.add(y, g.param(b)),
-            None => y,
-        }
+        g.linear(g.param(self.weight), x, self.bias.map(|b| g.param(b)))
     }
 }

@@ -36,6 +36,8 @@ pub struct GraphCtx<'g> {
     flash_attn: bool,
     /// Exact attention may use ggml's fused kernel with f32 K/V (the CPU backend has it).
     fused_f32_attention: bool,
+    /// Weight products may use the blocked AVX-512 kernels (CPU backend only).
+    blocked_gemm: bool,
     /// The graph being built, when the runner made it first: cache stores are scheduled
     /// into it as they are registered, so they run (and free their sources) in their own
     /// block's segment instead of at the graph's end.
@@ -65,6 +67,7 @@ impl<'g> GraphCtx<'g> {
             stores: RefCell::new(Vec::new()),
             flash_attn,
             fused_f32_attention: false,
+            blocked_gemm: false,
             graph: None,
         }
     }
@@ -75,6 +78,33 @@ impl<'g> GraphCtx<'g> {
     pub(crate) fn with_fused_f32_attention(mut self, on: bool) -> Self {
         self.fused_f32_attention = on;
         self
+    }
+
+    /// Lets weight products run through the blocked CPU kernels (`ggml::gemm`) where they
+    /// take the product; only graphs computed on the CPU backend turn this on.
+    pub(crate) fn with_blocked_gemm(mut self, on: bool) -> Self {
+        self.blocked_gemm = on;
+        self
+    }
+
+    /// Whether the blocked CPU kernels (`ggml::gemm`) may be used in this graph.
+    pub fn blocked_gemm(&self) -> bool {
+        self.blocked_gemm
+    }
+
+    /// `x W^T (+ bias)` for a weight `w` [in, out]: the blocked CPU kernels when they are on
+    /// and take this product, else ggml's `mul_mat` (and `add`).
+    pub fn linear(&self, w: Tensor<'g>, x: Tensor<'g>, bias: Option<Tensor<'g>>) -> Tensor<'g> {
+        if self.blocked_gemm {
+            if let Some(y) = self.ctx.blocked_linear(w, x, bias) {
+                return y;
+            }
+        }
+        let y = self.ctx.mul_mat(w, x);
+        match bias {
+            Some(b) => self.ctx.add(y, b),
+            None => y,
+        }
     }
 
     /// Schedules cache stores into `graph` as they are registered.

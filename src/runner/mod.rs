@@ -224,6 +224,7 @@ impl Runner {
         let graph = Graph::new(ctx, size);
         let g = GraphCtx::new(ctx, self.weights.as_ref(), &cache, self.options.flash_attn)
             .with_fused_f32_attention(self.backend.is_cpu())
+            .with_blocked_gemm(self.backend.is_cpu() && blocked_gemm_wanted())
             .with_graph(&graph);
         let outputs = build(&g);
         // Outputs are made contiguous f32 so they read back in one copy.
@@ -339,4 +340,10 @@ pub(crate) fn write_input(t: Tensor<'_>, name: &str, data: &InputData) -> Result
         }
     }
     Ok(())
+}
+
+/// Whether weight products on the CPU may use the blocked kernels: yes unless `SD_CLI_GEMM=ggml`
+/// asks for ggml's own `mul_mat` (to compare the two).
+fn blocked_gemm_wanted() -> bool {
+    std::env::var_os("SD_CLI_GEMM").is_none_or(|v| v != "ggml")
 }

@@ -24,6 +24,22 @@ fn key(node: Tensor<'_>) -> String {
             b.ne(),
             if b.is_contiguous() { "" } else { " (strided)" }
         ),
+        // The blocked weight-product kernels (`ggml::gemm`) are ggml custom ops.
+        // Attention nodes have q, k and v; weight products a weight, an input and a bias.
+        ("CUSTOM", Some(q), Some(_))
+            if node
+                .src(2)
+                .is_some_and(|v| v.ne() == node.src(1).map_or([0; 4], |k| k.ne())) =>
+        {
+            format!("BLOCKED_ATTENTION q {:?}", q.ne())
+        }
+        ("CUSTOM", Some(a), Some(b)) => format!(
+            "BLOCKED_GEMM {} {:?} x {} {:?}",
+            a.ty(),
+            a.ne(),
+            b.ty(),
+            b.ne()
+        ),
         _ => op,
     }
 }

@@ -1,0 +1,273 @@
+//! The custom op's body: which part of the output a thread owns, and the blocked loops over
+//! k-blocks, weight chunks, token strips and panels.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::os::raw::{c_int, c_void};
+
+use super::pack::{self, Rows};
+use super::{WeightKind, MR, NR};
+use crate::ggml::sys;
+
+/// Longest k-block, in packed elements (f32, or bf16 pairs): a strip (6 × 576 × 4 bytes =
+/// 14 KiB) stays in L1 while the panels it meets stream from L2; PixArt's k = 1152 is one
+/// block in bf16, two in f32 (measured best on a 32 KiB L1 / 1 MiB L2 core).
+const DEPTH_MAX: usize = 576;
+/// Outputs per weight chunk: 4 panels × 576 × 64 × 4 bytes = 576 KiB, inside L2.
+const FC: usize = 4 * NR;
+
+/// One product as the node describes it: y[n][m] = Σ_k x[n][k] · w[m][k] (+ bias[m]).
+struct Product<'a> {
+    kind: WeightKind,
+    w_f32: &'a [f32],
+    w_u16: &'a [u16],
+    x: &'a [f32],
+    bias: Option<&'a [f32]>,
+    y: *mut f32,
+    k: usize,
+    m: usize,
+    n: usize,
+}
+
+/// ggml's entry point for the node built by `Context::blocked_linear`.
+///
+/// # Safety
+/// `dst` is that node: `src[0]` a contiguous 2-D weight of the type its kind names, `src[1]`
+/// contiguous f32 activations, `src[2]` null or an f32 bias, all allocated in host memory.
+pub(super) unsafe extern "C" fn compute(
+    dst: *mut sys::ggml_tensor,
+    ith: c_int,
+    nth: c_int,
+    _userdata: *mut c_void,
+) {
+    // SAFETY: the contract above; every slice covers exactly its tensor's elements.
+    let product = unsafe { Product::from_node(&*dst) };
+    if let Some(p) = product {
+        p.run(ith.max(0) as usize, nth.max(1) as usize);
+    }
+}
+
+impl Product<'_> {
+    /// # Safety
+    /// As for [`compute`].
+    unsafe fn from_node(dst: &sys::ggml_tensor) -> Option<Self> {
+        let (w, x, b) = (dst.src[0], dst.src[1], dst.src[2]);
+        // SAFETY: the node's sources are live tensors (the contract of `compute`).
+        let (w, x) = unsafe { (&*w, &*x) };
+        let kind = WeightKind::of(crate::ggml::GgmlType::from_id(w.type_)?)?;
+        let (k, m) = (w.ne[0] as usize, w.ne[1] as usize);
+        let n = (x.ne[1] * x.ne[2] * x.ne[3]) as usize;
+        // SAFETY: contiguous allocated tensors of these element counts and types.
+        unsafe {
+            let (w_f32, w_u16): (&[f32], &[u16]) = match kind {
+                WeightKind::F32 => (std::slice::from_raw_parts(w.data.cast(), k * m), &[]),
+                WeightKind::F16 | WeightKind::Bf16 => {
+                    (&[], std::slice::from_raw_parts(w.data.cast(), k * m))
+                }
+            };
+            Some(Self {
+                kind,
+                w_f32,
+                w_u16,
+                x: std::slice::from_raw_parts(x.data.cast(), k * n),
+                bias: (!b.is_null()).then(|| std::slice::from_raw_parts((*b).data.cast(), m)),
+                y: dst.data.cast(),
+                k,
+                m,
+                n,
+            })
+        }
+    }
+
+    fn run(&self, ith: usize, nth: usize) {
+        let Some((rows, feats)) = partition(self.n, self.m, ith, nth) else {
+            return;
+        };
+        let kc_max = match self.kind {
+            WeightKind::Bf16 => 2 * DEPTH_MAX,
+            _ => DEPTH_MAX,
+        };
+        let blocks = self.k.div_ceil(kc_max);
+        let step = self.k.div_ceil(blocks).next_multiple_of(2);
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let s = &mut *s;
+            for k0 in (0..self.k).step_by(step) {
+                let kc = step.min(self.k - k0);
+                self.k_block(&rows, &feats, k0, kc, s);
+            }
+        });
+    }
+
+    /// One k-block over this thread's rows and outputs.
+    fn k_block(
+        &self,
+        rows: &Range<usize>,
+        feats: &Range<usize>,
+        k0: usize,
+        kc: usize,
+        s: &mut Scratch,
+    ) {
+        let strips = rows.len().div_ceil(MR);
+        let last = k0 + kc == self.k;
+        let x = Rows {
+            data: self.x,
+            k: self.k,
+        };
+        // Elements per strip and per panel in the packed buffers.
+        let depth = match self.kind {
+            WeightKind::Bf16 => kc.div_ceil(2),
+            _ => kc,
+        };
+        // bf16 products read the activations as rounded k-pairs; f32 ones read them in place.
+        if self.kind == WeightKind::Bf16 {
+            pack::rows_bf16(&x, rows.clone(), k0, kc, s.x.u32s(rows.len() * depth));
+        }
+        for f in feats.clone().step_by(FC) {
+            let chunk = f..(f + FC).min(feats.end);
+            let panels = chunk.len().div_ceil(NR);
+            let len = panels * depth * NR;
+            match self.kind {
+                WeightKind::F32 => {
+                    let w = Rows {
+                        data: self.w_f32,
+                        k: self.k,
+                    };
+                    pack::panels_f32(&w, chunk.clone(), k0, kc, s.w.f32s(len));
+                }
+                WeightKind::F16 => {
+                    let w = Rows {
+                        data: self.w_u16,
+                        k: self.k,
+                    };
+                    pack::panels_f16(&w, chunk.clone(), k0, kc, s.w.f32s(len));
+                }
+                WeightKind::Bf16 => {
+                    let w = Rows {
+                        data: self.w_u16,
+                        k: self.k,
+                    };
+                    pack::panels_bf16(&w, chunk.clone(), k0, kc, s.w.u32s(len));
+                }
+            }
+            for strip in 0..strips {
+                let r0 = rows.start + strip * MR;
+                for p in 0..panels {
+                    let c0 = chunk.start + p * NR;
+                    let tile = super::kernels::Tile {
+                        c: self.y.wrapping_add(r0 * self.m + c0),
+                        ldc: self.m,
+                        rows: MR.min(rows.end - r0),
+                        cols: NR.min(chunk.end - c0),
+                        accumulate: k0 > 0,
+                        bias: match (last, self.bias) {
+                            (true, Some(b)) => b[c0..].as_ptr(),
+                            _ => std::ptr::null(),
+                        },
+                    };
+                    let ws = p * depth * NR;
+                    // SAFETY: `blocked_linear` only builds this node when the CPU has the
+                    // kernel's instructions; the strip's rows and the panel hold `depth`
+                    // elements each; the tile lies inside this thread's part of the output.
+                    unsafe {
+                        match self.kind {
+                            WeightKind::Bf16 => super::kernels::tile_bf16(
+                                depth,
+                                s.x.u32s_ro((r0 - rows.start) * depth),
+                                depth,
+                                s.w.u32s_ro(ws),
+                                &tile,
+                            ),
+                            _ => super::kernels::tile_f32(
+                                depth,
+                                self.x[r0 * self.k + k0..].as_ptr(),
+                                self.k,
+                                s.w.f32s_ro(ws),
+                                &tile,
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The tokens and outputs thread `ith` of `nth` computes, or `None` when it has no share.
+///
+/// The larger of the two dimensions is split first (each thread then packs all of the other
+/// operand); the smaller one takes the threads left over when the first runs out of strips
+/// or panels.
+pub(super) fn partition(
+    n: usize,
+    m: usize,
+    ith: usize,
+    nth: usize,
+) -> Option<(Range<usize>, Range<usize>)> {
+    let strips = n.div_ceil(MR);
+    let panels = m.div_ceil(NR);
+    let (tn, tf) = if m > n {
+        let tf = nth.min(panels);
+        ((nth / tf).min(strips).max(1), tf)
+    } else {
+        let tn = nth.min(strips);
+        (tn, (nth / tn).min(panels).max(1))
+    };
+    if ith >= tn * tf {
+        return None;
+    }
+    let (i, j) = (ith / tf, ith % tf);
+    let rows = (strips * i / tn * MR)..(strips * (i + 1) / tn * MR).min(n);
+    let feats = (panels * j / tf * NR)..(panels * (j + 1) / tf * NR).min(m);
+    (!rows.is_empty() && !feats.is_empty()).then_some((rows, feats))
+}
+
+/// A 64-byte line, so packed rows start on cache-line boundaries.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u32; 16]);
+
+/// A growable, cache-line aligned buffer viewed as f32 or u32.
+#[derive(Default)]
+pub(super) struct Packed(Vec<Line>);
+
+impl Packed {
+    pub(super) fn grow(&mut self, elems: usize) {
+        let lines = elems.div_ceil(16);
+        if self.0.len() < lines {
+            self.0.resize(lines, Line([0; 16]));
+        }
+    }
+
+    pub(super) fn u32s(&mut self, elems: usize) -> &mut [u32] {
+        self.grow(elems);
+        // SAFETY: `Line` is 16 plain u32s with no padding; the buffer holds >= `elems`.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), elems) }
+    }
+
+    pub(super) fn f32s(&mut self, elems: usize) -> &mut [f32] {
+        self.grow(elems);
+        // SAFETY: as `u32s`; every bit pattern is a valid f32.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), elems) }
+    }
+
+    /// Start of the packed data at element `at` (within what was last filled).
+    pub(super) fn u32s_ro(&self, at: usize) -> *const u32 {
+        self.0.as_ptr().cast::<u32>().wrapping_add(at)
+    }
+
+    pub(super) fn f32s_ro(&self, at: usize) -> *const f32 {
+        self.0.as_ptr().cast::<f32>().wrapping_add(at)
+    }
+}
+
+/// Each of ggml's worker threads keeps its packing buffers between calls.
+#[derive(Default)]
+struct Scratch {
+    x: Packed,
+    w: Packed,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}

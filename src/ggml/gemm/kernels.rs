@@ -1,0 +1,261 @@
+//! The AVX-512 register tiles: up to [`MR`] tokens × [`NR`] outputs, accumulated over one
+//! k-block (weight panels as `pack.rs` lays them out), then added into the output.
+
+use std::arch::x86_64::*;
+
+use super::{MR, NR};
+
+const _: () = assert!(
+    MR == 6 && NR == 64,
+    "the tiles below hold 6 rows of four vectors"
+);
+
+/// Where a tile's results go: `rows` × `cols` of the row-major output at `c`.
+pub(super) struct Tile {
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub rows: usize,
+    pub cols: usize,
+    /// Add to what the output holds (every k-block after the first).
+    pub accumulate: bool,
+    /// The bias for these `cols`, added on the last k-block; null for none.
+    pub bias: *const f32,
+}
+
+type Acc<const R: usize> = [[__m512; 4]; R];
+
+/// f32 products over `kc` k-steps: `xs` is the tile's first activation row (rows `ldx`
+/// apart, read directly: six rows of one k-block stay in L1), `ws` one packed panel.
+///
+/// # Safety
+/// AVX-512F must be present; `t.rows` rows of `kc` floats at `xs`, `ldx` apart; `ws` holds
+/// `kc * NR` floats; `t` describes a writable region (with `bias`, `cols` readable floats).
+pub(super) unsafe fn tile_f32(kc: usize, xs: *const f32, ldx: usize, ws: *const f32, t: &Tile) {
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe {
+        match t.rows {
+            1 => rows_f32::<1>(kc, xs, ldx, ws, t),
+            2 => rows_f32::<2>(kc, xs, ldx, ws, t),
+            3 => rows_f32::<3>(kc, xs, ldx, ws, t),
+            4 => rows_f32::<4>(kc, xs, ldx, ws, t),
+            5 => rows_f32::<5>(kc, xs, ldx, ws, t),
+            _ => rows_f32::<MR>(kc, xs, ldx, ws, t),
+        }
+    }
+}
+
+/// bf16 products over `kc2` k-pairs (`vdpbf16ps`: two products per lane per step); `xs`
+/// rows hold activation k-pairs, `ldx` apart.
+///
+/// # Safety
+/// AVX-512F and AVX-512 BF16 must be present; `t.rows` rows of `kc2` pairs at `xs`, `ldx`
+/// apart; `ws` holds `kc2 * NR` pairs; `t` as for [`tile_f32`].
+pub(super) unsafe fn tile_bf16(kc2: usize, xs: *const u32, ldx: usize, ws: *const u32, t: &Tile) {
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe {
+        match t.rows {
+            1 => rows_bf16::<1>(kc2, xs, ldx, ws, t),
+            2 => rows_bf16::<2>(kc2, xs, ldx, ws, t),
+            3 => rows_bf16::<3>(kc2, xs, ldx, ws, t),
+            4 => rows_bf16::<4>(kc2, xs, ldx, ws, t),
+            5 => rows_bf16::<5>(kc2, xs, ldx, ws, t),
+            _ => rows_bf16::<MR>(kc2, xs, ldx, ws, t),
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn rows_f32<const R: usize>(
+    kc: usize,
+    xs: *const f32,
+    ldx: usize,
+    ws: *const f32,
+    t: &Tile,
+) {
+    // SAFETY: prefetches never fault; the output lines arrive while the products run.
+    unsafe { prefetch_output::<R>(t) };
+    let mut acc: Acc<R> = [[_mm512_setzero_ps(); 4]; R];
+    for kk in 0..kc {
+        // SAFETY: kk < kc and r < R = t.rows: inside the panel and the activation rows.
+        unsafe {
+            let w = ws.add(kk * NR);
+            let wv = [
+                _mm512_loadu_ps(w),
+                _mm512_loadu_ps(w.add(16)),
+                _mm512_loadu_ps(w.add(32)),
+                _mm512_loadu_ps(w.add(48)),
+            ];
+            for (r, a) in acc.iter_mut().enumerate() {
+                let b = _mm512_set1_ps(*xs.add(r * ldx + kk));
+                for (aj, wj) in a.iter_mut().zip(wv) {
+                    *aj = _mm512_fmadd_ps(wj, b, *aj);
+                }
+            }
+        }
+    }
+    // SAFETY: the caller's contract on `t`.
+    unsafe { store(&acc, t) }
+}
+
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn rows_bf16<const R: usize>(
+    kc2: usize,
+    xs: *const u32,
+    ldx: usize,
+    ws: *const u32,
+    t: &Tile,
+) {
+    // SAFETY: prefetches never fault; the output lines arrive while the products run.
+    unsafe { prefetch_output::<R>(t) };
+    let mut acc: Acc<R> = [[_mm512_setzero_ps(); 4]; R];
+    for q in 0..kc2 {
+        // SAFETY: q < kc2 and r < R = t.rows: inside the panel and the activation rows;
+        // bf16 vectors are 64-byte bit patterns like the integer vectors loaded.
+        unsafe {
+            let w = ws.add(q * NR);
+            let wv: [__m512bh; 4] = [
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.cast())),
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.add(16).cast())),
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.add(32).cast())),
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.add(48).cast())),
+            ];
+            for (r, a) in acc.iter_mut().enumerate() {
+                let b = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    *xs.add(r * ldx + q) as i32,
+                ));
+                for (aj, wj) in a.iter_mut().zip(wv) {
+                    *aj = _mm512_dpbf16_ps(*aj, wj, b);
+                }
+            }
+        }
+    }
+    // SAFETY: the caller's contract on `t`.
+    unsafe { store(&acc, t) }
+}
+
+/// Asks for the tile's output lines (to be read or written at the end) ahead of time: the
+/// output is too large to stay cached between k-blocks.
+#[inline(always)]
+unsafe fn prefetch_output<const R: usize>(t: &Tile) {
+    for r in 0..R {
+        for j in 0..t.cols.div_ceil(16) {
+            let p = t.c.wrapping_add(r * t.ldc + j * 16);
+            // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+        }
+    }
+}
+
+/// Adds the tile into (or writes it to) the output, masked to `t.cols`.
+#[inline(always)]
+unsafe fn store<const R: usize>(acc: &Acc<R>, t: &Tile) {
+    for j in 0..4 {
+        let valid = t.cols.saturating_sub(j * 16).min(16);
+        if valid == 0 {
+            break;
+        }
+        let mask: __mmask16 = if valid == 16 {
+            0xffff
+        } else {
+            (1u16 << valid) - 1
+        };
+        // SAFETY: masked accesses touch only the `valid` columns the caller owns.
+        unsafe {
+            let bias = (!t.bias.is_null()).then(|| _mm512_maskz_loadu_ps(mask, t.bias.add(j * 16)));
+            for (r, a) in acc.iter().enumerate() {
+                let p = t.c.add(r * t.ldc + j * 16);
+                let mut v = a[j];
+                if t.accumulate {
+                    v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), v);
+                }
+                if let Some(b) = bias {
+                    v = _mm512_add_ps(v, b);
+                }
+                _mm512_mask_storeu_ps(p, mask, v);
+            }
+        }
+    }
+}
+
+/// e^x for x ≤ 0 (softmax after subtracting the row maximum): x = n·ln2 + r with
+/// |r| ≤ ln2/2, e^r by its degree-7 Taylor polynomial (error < 1e-8 relative), scaled by 2^n.
+/// Inputs below −87 (e^x < 2e−38, nothing next to the row's maximum of 1) give exactly 0.
+#[inline(always)]
+unsafe fn exp_nonpositive(x: __m512) -> __m512 {
+    // SAFETY: register-only arithmetic (the caller has AVX-512F).
+    unsafe {
+        let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-87.0));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        // ln 2 split in two so n·ln2 is exact to f32 precision (Cody–Waite).
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
+        let mut p = _mm512_set1_ps(1.0 / 5040.0);
+        for c in [
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n))
+    }
+}
+
+/// One softmax row in place: `row[j] = softmax(row · scale + mask)[j]` over `n` entries;
+/// a row whose every entry is masked (−inf) becomes zeros, as ggml's fused kernel gives.
+///
+/// # Safety
+/// AVX-512F must be present; `row` (and `mask`, unless null) hold `n` floats.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn softmax_row(row: *mut f32, mask: *const f32, n: usize, scale: f32) {
+    let lanes = |j: usize| -> __mmask16 {
+        let valid = (n - j).min(16);
+        if valid == 16 {
+            0xffff
+        } else {
+            (1u16 << valid) - 1
+        }
+    };
+    // SAFETY: every access is masked to the row's first `n` floats.
+    unsafe {
+        let s = _mm512_set1_ps(scale);
+        let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
+        for j in (0..n).step_by(16) {
+            let m = lanes(j);
+            let mut v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row.add(j)), s);
+            if !mask.is_null() {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mask.add(j)));
+            }
+            _mm512_mask_storeu_ps(row.add(j), m, v);
+            max = _mm512_mask_max_ps(max, m, max, v);
+        }
+        let top = _mm512_reduce_max_ps(max);
+        if top == f32::NEG_INFINITY {
+            for j in (0..n).step_by(16) {
+                _mm512_mask_storeu_ps(row.add(j), lanes(j), _mm512_setzero_ps());
+            }
+            return;
+        }
+        let top = _mm512_set1_ps(top);
+        let mut sum = _mm512_setzero_ps();
+        for j in (0..n).step_by(16) {
+            let m = lanes(j);
+            let e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row.add(j)), top));
+            let e = _mm512_maskz_mov_ps(m, e);
+            _mm512_mask_storeu_ps(row.add(j), m, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+        for j in (0..n).step_by(16) {
+            let m = lanes(j);
+            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row.add(j)), inv);
+            _mm512_mask_storeu_ps(row.add(j), m, v);
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! A cache-blocked GEMM for weight × activation products on x86-64 CPUs with AVX-512, run as
+//! a ggml custom op in ggml's own thread pool.
+//!
+//! Why it exists: ggml's CPU `mul_mat` (llamafile's tinyBLAS) forms each small output tile as
+//! dot products over whole rows, so both operands stream from L2/L3 for every tile; on
+//! PixArt XL's linears it reaches ~70 % of this CPU's FMA peak. Here the weight is packed
+//! into k-major panels of [`NR`] outputs and the activations into strips of [`MR`] tokens
+//! (the BLIS layout): a 6 × 64 register tile reads one strip from L1 and one panel from L2.
+//!
+//! Weights: f32; f16 (widened to f32 while packing, activations stay f32, so the result is
+//! at least as exact as ggml's, which rounds the activations to f16); bf16 (activations
+//! rounded to bf16 as ggml does, products through `vdpbf16ps` as ggml's own bf16 path).
+//! Any other case (types, layouts, CPUs without AVX-512, other architectures) returns `None`
+//! and the caller keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
+//! tiles.
+
+// The kernels are AVX-512; elsewhere the entry points below answer `None`.
+#[cfg(target_arch = "x86_64")]
+mod attention;
+#[cfg(target_arch = "x86_64")]
+mod driver;
+#[cfg(target_arch = "x86_64")]
+mod kernels;
+#[cfg(target_arch = "x86_64")]
+mod pack;
+
+use std::os::raw::c_int;
+
+use super::context::{Context, Tensor};
+use super::sys;
+use super::types::GgmlType;
+
+/// Tokens per register tile (rows of the output).
+pub(crate) const MR: usize = 6;
+/// Outputs per register tile and weight panel (four 16-lane vectors).
+pub(crate) const NR: usize = 64;
+
+/// Below this many tokens ggml's matrix-vector path is as good and packing is not repaid.
+const MIN_TOKENS: usize = 16;
+
+/// How the weight's elements are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WeightKind {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl WeightKind {
+    fn of(ty: GgmlType) -> Option<Self> {
+        match ty {
+            GgmlType::F32 => Some(Self::F32),
+            GgmlType::F16 => Some(Self::F16),
+            GgmlType::BF16 => Some(Self::Bf16),
+            _ => None,
+        }
+    }
+
+    /// Whether this CPU has the instructions the kernel for this weight type needs.
+    fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let f = std::arch::is_x86_feature_detected!("avx512f");
+            match self {
+                Self::F32 | Self::F16 => f,
+                Self::Bf16 => f && std::arch::is_x86_feature_detected!("avx512bf16"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+}
+
+/// Whether [`Context::blocked_linear`] can take a weight of type `ty` on this CPU.
+pub fn blocked_gemm_available(ty: GgmlType) -> bool {
+    WeightKind::of(ty).is_some_and(WeightKind::supported)
+}
+
+impl Context {
+    /// `x W^T (+ bias)` like `mul_mat(w, x)` followed by `add(_, bias)`, through the blocked
+    /// kernels; `None` when this product is not one they take (the caller then uses
+    /// `mul_mat`). Only for graphs computed on the CPU backend: the op reads host memory.
+    ///
+    /// `w`: [k, m] (2-D, contiguous); `x`: [k, n, b2, b3] f32, contiguous; `bias`: [m] f32.
+    pub fn blocked_linear<'c>(
+        &'c self,
+        w: Tensor<'c>,
+        x: Tensor<'c>,
+        bias: Option<Tensor<'c>>,
+    ) -> Option<Tensor<'c>> {
+        let kind = WeightKind::of(w.ty()).filter(|k| k.supported())?;
+        let [k, m, w2, w3] = w.ne();
+        let xn = x.ne();
+        let tokens = xn[1] * xn[2] * xn[3];
+        let shapes_ok = w2 == 1
+            && w3 == 1
+            && w.is_contiguous()
+            && x.ty() == GgmlType::F32
+            && x.is_contiguous()
+            && xn[0] == k
+            && tokens >= MIN_TOKENS
+            && bias.is_none_or(|b| {
+                b.ty() == GgmlType::F32 && b.is_contiguous() && b.ne() == [m, 1, 1, 1]
+            });
+        if !shapes_ok {
+            return None;
+        }
+        debug_assert!(blocked_gemm_available(w.ty()) && kind.supported());
+        let mut args = [
+            w.raw(),
+            x.raw(),
+            bias.map_or(std::ptr::null_mut(), |b| b.raw()),
+        ];
+        let n_args = if bias.is_some() { 3 } else { 2 };
+        // SAFETY: live tensors of this context; `driver::compute` reads exactly the sources
+        // set here and writes the f32 [m, n, b2, b3] result ggml allocates for the node.
+        let out = unsafe {
+            sys::ggml_custom_4d(
+                self.raw(),
+                GgmlType::F32.raw(),
+                m as i64,
+                xn[1] as i64,
+                xn[2] as i64,
+                xn[3] as i64,
+                args.as_mut_ptr(),
+                n_args as c_int,
+                op_fn(),
+                sys::GGML_N_TASKS_MAX,
+                std::ptr::null_mut(),
+            )
+        };
+        Some(self.wrap(out))
+    }
+}
+
+/// The custom op's body (no body where the kernels do not exist: never built there).
+#[cfg(target_arch = "x86_64")]
+fn op_fn() -> sys::ggml_custom_op_t {
+    Some(driver::compute)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn op_fn() -> sys::ggml_custom_op_t {
+    None
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Context {
+    /// The blocked attention exists on x86-64 only.
+    pub fn blocked_attention<'c>(
+        &'c self,
+        _q: Tensor<'c>,
+        _k: Tensor<'c>,
+        _v: Tensor<'c>,
+        _heads: usize,
+        _mask: Option<Tensor<'c>>,
+        _scale: f32,
+    ) -> Option<Tensor<'c>> {
+        None
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;

@@ -1,0 +1,366 @@
+//! The blocked kernels against an f64 product of the same (rounded) operands, and against
+//! ggml's `mul_mat`, over shapes that exercise every edge: partial strips, partial panels,
+//! several weight chunks and k-blocks, odd k, batch dimensions, bias, thread splits.
+
+use super::driver::partition;
+use super::pack::bf16_bits;
+use super::{blocked_gemm_available, MR, NR};
+use crate::ggml::{Arena, Backend, Context, Gallocr, GgmlType, Graph};
+
+fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
+fn to_bytes(values: &[f32], ty: GgmlType) -> Vec<u8> {
+    match ty {
+        GgmlType::F16 => values
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect(),
+        GgmlType::BF16 => values
+            .iter()
+            .flat_map(|&v| (bf16_bits(v) as u16).to_le_bytes())
+            .collect(),
+        _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+/// What the weight's stored elements are, as f32.
+fn stored(values: &[f32], ty: GgmlType) -> Vec<f32> {
+    match ty {
+        GgmlType::F16 => values
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_f32())
+            .collect(),
+        GgmlType::BF16 => values.iter().map(|&v| bf16_value(v)).collect(),
+        _ => values.to_vec(),
+    }
+}
+
+fn bf16_value(v: f32) -> f32 {
+    f32::from_bits(bf16_bits(v) << 16)
+}
+
+/// One product's outputs and operands.
+struct Outcome {
+    blocked: Vec<f32>,
+    plain: Vec<f32>,
+    /// The weight as stored (rounded to its type), the activations, the bias.
+    w: Vec<f32>,
+    x: Vec<f32>,
+    b: Option<Vec<f32>>,
+}
+
+/// The blocked kernels' and `mul_mat` (+ `add`)'s outputs for one product.
+fn run(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usize) -> Outcome {
+    let n: usize = xne.iter().product();
+    let w = pseudo_random(k * m, 1 + k as u64);
+    let x = pseudo_random(k * n, 2 + m as u64);
+    let b = pseudo_random(m, 3);
+    let backend = Backend::cpu(threads).expect("cpu backend");
+    let mut arena = Arena::new(3).expect("arena");
+    let wi = arena.add(ty, [k, m, 1, 1], "w").expect("room");
+    let xi = arena
+        .add(GgmlType::F32, [k, xne[0], xne[1], xne[2]], "x")
+        .expect("room");
+    let bi = arena.add(GgmlType::F32, [m, 1, 1, 1], "b").expect("room");
+    let _buf = backend
+        .alloc_context(arena.context(), "test")
+        .expect("alloc");
+    arena.get(wi).write_bytes(&to_bytes(&w, ty)).expect("w");
+    arena.get(xi).write_f32(&x).expect("x");
+    arena.get(bi).write_f32(&b).expect("b");
+
+    let ctx = Context::new(8, 8).expect("ctx");
+    let graph = Graph::new(&ctx, 8);
+    let (wt, xt, bt) = (arena.get(wi), arena.get(xi), arena.get(bi));
+    let blocked = ctx
+        .blocked_linear(wt, xt, bias.then_some(bt))
+        .expect("this product is one the blocked kernels take");
+    assert_eq!(blocked.ne(), [m, xne[0], xne[1], xne[2]]);
+    let plain = ctx.mul_mat(wt, xt);
+    let plain = if bias { ctx.add(plain, bt) } else { plain };
+    graph.expand(blocked);
+    graph.expand(plain);
+    let mut galloc = Gallocr::new(&backend).expect("gallocr");
+    galloc.alloc(&graph).expect("alloc graph");
+    backend.compute(&graph).expect("compute");
+    Outcome {
+        blocked: blocked.read_f32().expect("read"),
+        plain: plain.read_f32().expect("read"),
+        w: stored(&w, ty),
+        x,
+        b: bias.then_some(b),
+    }
+}
+
+/// Checks one product; returns the largest error relative to Σ|x·w| of its element.
+fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usize) -> f64 {
+    let Outcome {
+        blocked,
+        plain,
+        w,
+        x,
+        b,
+    } = run(ty, k, m, xne, bias, threads);
+    let n: usize = xne.iter().product();
+    let mut worst = 0f64;
+    for t in 0..n {
+        for o in 0..m {
+            let (mut sum, mut mag) = (0f64, 0f64);
+            for i in 0..k {
+                let xv = if ty == GgmlType::BF16 {
+                    bf16_value(x[t * k + i])
+                } else {
+                    x[t * k + i]
+                };
+                let p = xv as f64 * w[o * k + i] as f64;
+                sum += p;
+                mag += p.abs();
+            }
+            if let Some(b) = &b {
+                sum += b[o] as f64;
+                mag += (b[o] as f64).abs();
+            }
+            let got = blocked[t * m + o] as f64;
+            let err = (got - sum).abs() / mag.max(1e-30);
+            assert!(
+                err < 1e-5,
+                "{} k={k} m={m} x={xne:?} bias={bias} threads={threads}: y[{t}][{o}] = {got}, reference {sum} (relative error {err:.2e})",
+                ty.name()
+            );
+            worst = worst.max(err);
+            if ty != GgmlType::F16 {
+                // ggml rounds f16 products' activations to f16; f32 and bf16 agree closely.
+                let theirs = plain[t * m + o] as f64;
+                assert!(
+                    (theirs - got).abs() / mag.max(1e-30) < 2e-5,
+                    "{} k={k} m={m}: blocked {got} vs mul_mat {theirs}",
+                    ty.name()
+                );
+            }
+        }
+    }
+    worst
+}
+
+const SHAPES: &[(usize, usize, [usize; 3])] = &[
+    // One partial panel, one partial strip, odd k.
+    (7, 70, [17, 1, 1]),
+    // Two k-blocks, two weight chunks, batch dimensions.
+    (390, 300, [20, 3, 1]),
+    // Three k-blocks, partial last panel, strips across a batch boundary.
+    (1000, 200, [23, 2, 1]),
+    // More outputs than tokens (the other split), a 4-D batch.
+    (64, 520, [16, 1, 2]),
+];
+
+fn each_type(f: impl Fn(GgmlType)) {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        if blocked_gemm_available(ty) {
+            f(ty);
+        } else {
+            eprintln!(
+                "{}: this CPU lacks the blocked kernel's instructions; skipped",
+                ty.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn blocked_products_match_f64_and_mul_mat() {
+    each_type(|ty| {
+        for &(k, m, xne) in SHAPES {
+            for bias in [false, true] {
+                check(ty, k, m, xne, bias, 2);
+            }
+        }
+    });
+}
+
+#[test]
+fn every_thread_count_gives_the_same_result() {
+    each_type(|ty| {
+        let one = run(ty, 390, 300, [41, 1, 1], true, 1).blocked;
+        for threads in [2, 3, 5, 8] {
+            let other = run(ty, 390, 300, [41, 1, 1], true, threads).blocked;
+            assert_eq!(one, other, "{} with {threads} threads", ty.name());
+        }
+    });
+}
+
+#[test]
+fn partition_covers_each_output_once() {
+    for (n, m) in [
+        (2048, 1152),
+        (600, 1152),
+        (17, 70),
+        (5000, 64),
+        (16, 4608),
+        (7, 7),
+    ] {
+        for nth in 1..=9 {
+            let mut seen = vec![0u8; n * m];
+            for ith in 0..nth {
+                if let Some((rows, feats)) = partition(n, m, ith, nth) {
+                    assert!(rows.start % MR == 0 && feats.start % NR == 0);
+                    for r in rows {
+                        for f in feats.clone() {
+                            seen[r * m + f] += 1;
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "n={n} m={m} nth={nth}");
+        }
+    }
+}
+
+#[test]
+fn products_it_does_not_take_are_left_to_mul_mat() {
+    let mut arena = Arena::new(4).expect("arena");
+    let w = arena.add(GgmlType::F32, [64, 64, 1, 1], "w").expect("room");
+    let q = arena
+        .add(GgmlType::Q8_0, [64, 64, 1, 1], "q")
+        .expect("room");
+    let few = arena
+        .add(GgmlType::F32, [64, 4, 1, 1], "few")
+        .expect("room");
+    let many = arena
+        .add(GgmlType::F32, [64, 32, 1, 1], "many")
+        .expect("room");
+    let ctx = Context::new(8, 0).expect("ctx");
+    // Quantized weights, too few tokens, and a transposed (non-contiguous) input.
+    assert!(ctx
+        .blocked_linear(arena.get(q), arena.get(many), None)
+        .is_none());
+    assert!(ctx
+        .blocked_linear(arena.get(w), arena.get(few), None)
+        .is_none());
+    let t = ctx.transpose(arena.get(many));
+    assert!(ctx.blocked_linear(arena.get(w), t, None).is_none());
+}
+
+/// softmax(q kᵀ · scale + mask) v in f64, per head; all-masked rows give zeros.
+fn attention_reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: Option<&[f32]>,
+    [dim, n_q, n_kv, batch, heads]: [usize; 5],
+) -> Vec<f64> {
+    let hd = dim / heads;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let mut out = vec![0f64; dim * n_q * batch];
+    for b in 0..batch {
+        for h in 0..heads {
+            for i in 0..n_q {
+                let qi = &q[(b * n_q + i) * dim + h * hd..][..hd];
+                let scores: Vec<f64> = (0..n_kv)
+                    .map(|j| {
+                        let kj = &k[(b * n_kv + j) * dim + h * hd..][..hd];
+                        let dot: f64 = qi.iter().zip(kj).map(|(&a, &c)| a as f64 * c as f64).sum();
+                        dot * scale + mask.map_or(0.0, |m| m[i * n_kv + j] as f64)
+                    })
+                    .collect();
+                let top = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                if top == f64::NEG_INFINITY {
+                    continue;
+                }
+                let e: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for d in 0..hd {
+                    out[(b * n_q + i) * dim + h * hd + d] = (0..n_kv)
+                        .map(|j| e[j] / sum * v[(b * n_kv + j) * dim + h * hd + d] as f64)
+                        .sum();
+                }
+            }
+        }
+    }
+    out
+}
+
+fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, Vec<f64>) {
+    let [dim, n_q, n_kv, batch, heads] = dims;
+    let q = pseudo_random(dim * n_q * batch, 11);
+    let k = pseudo_random(dim * n_kv * batch, 12);
+    let v = pseudo_random(dim * n_kv * batch, 13);
+    // Masks: row 0 entirely, and a scattering of other entries.
+    let mask: Vec<f32> = (0..n_q * n_kv)
+        .map(|i| {
+            if i < n_kv || (i * 7919) % 5 == 0 {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let backend = Backend::cpu(threads).expect("cpu backend");
+    let mut arena = Arena::new(4).expect("arena");
+    let qi = arena
+        .add(GgmlType::F32, [dim, n_q, batch, 1], "q")
+        .expect("room");
+    let ki = arena
+        .add(GgmlType::F32, [dim, n_kv, batch, 1], "k")
+        .expect("room");
+    let vi = arena
+        .add(GgmlType::F32, [dim, n_kv, batch, 1], "v")
+        .expect("room");
+    let mi = arena
+        .add(GgmlType::F32, [n_kv, n_q, 1, 1], "m")
+        .expect("room");
+    let _buf = backend
+        .alloc_context(arena.context(), "test")
+        .expect("alloc");
+    for (i, data) in [(qi, &q), (ki, &k), (vi, &v), (mi, &mask)] {
+        arena.get(i).write_f32(data).expect("write");
+    }
+    let ctx = Context::new(8, 8).expect("ctx");
+    let graph = Graph::new(&ctx, 8);
+    let scale = 1.0 / ((dim / heads) as f32).sqrt();
+    let m = masked.then(|| arena.get(mi));
+    let out = ctx
+        .blocked_attention(arena.get(qi), arena.get(ki), arena.get(vi), heads, m, scale)
+        .expect("the blocked attention takes these shapes");
+    graph.expand(out);
+    let mut galloc = Gallocr::new(&backend).expect("gallocr");
+    galloc.alloc(&graph).expect("alloc graph");
+    backend.compute(&graph).expect("compute");
+    let reference = attention_reference(&q, &k, &v, masked.then_some(&mask[..]), dims);
+    (out.read_f32().expect("read"), reference)
+}
+
+#[test]
+fn blocked_attention_matches_f64() {
+    if !blocked_gemm_available(GgmlType::F32) {
+        eprintln!("this CPU lacks AVX-512F; skipped");
+        return;
+    }
+    // [dim, n_q, n_kv, batch, heads]: PixArt's head size 72 (two V panels, one partial),
+    // query counts off the 6-row and 48-row blocks, keys off the 16- and 64-lanes.
+    for (dims, masked) in [
+        ([144, 50, 77, 2, 2], false),
+        ([144, 50, 77, 2, 2], true),
+        ([60, 13, 130, 1, 3], true),
+        ([256, 7, 300, 1, 2], false),
+    ] {
+        for threads in [1, 3] {
+            let (got, want) = run_attention(dims, masked, threads);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (*g as f64 - w).abs() < 2e-6,
+                    "{dims:?} masked={masked} threads={threads}: out[{i}] = {g}, reference {w}"
+                );
+            }
+        }
+    }
+}
