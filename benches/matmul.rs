@@ -123,11 +123,12 @@ fn main() {
     } else {
         println!("torch  (python3 with torch not available: no reference in this run)");
     }
-    let mut runs: Vec<(GgmlType, bool)> = [GgmlType::F32, GgmlType::F16, GgmlType::BF16]
-        .into_iter()
-        .filter(|&ty| blocked_gemm_available(ty))
-        .map(|ty| (ty, true))
-        .collect();
+    let mut runs: Vec<(GgmlType, bool)> =
+        [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0]
+            .into_iter()
+            .filter(|&ty| blocked_gemm_available(ty))
+            .map(|ty| (ty, true))
+            .collect();
     runs.extend(
         [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0].map(|ty| (ty, false)),
     );

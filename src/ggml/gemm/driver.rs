@@ -6,6 +6,7 @@ use std::ops::Range;
 use std::os::raw::{c_int, c_void};
 
 use super::pack::{self, Rows};
+use super::q8;
 use super::{WeightKind, MR, NR};
 use crate::ggml::sys;
 
@@ -21,6 +22,8 @@ struct Product<'a> {
     kind: WeightKind,
     w_f32: &'a [f32],
     w_u16: &'a [u16],
+    /// q8_0 rows as ggml stores them (blocks of an f16 scale and 32 bytes).
+    w_q8: &'a [u8],
     x: &'a [f32],
     bias: Option<&'a [f32]>,
     y: *mut f32,
@@ -59,16 +62,21 @@ impl Product<'_> {
         let n = (x.ne[1] * x.ne[2] * x.ne[3]) as usize;
         // SAFETY: contiguous allocated tensors of these element counts and types.
         unsafe {
-            let (w_f32, w_u16): (&[f32], &[u16]) = match kind {
-                WeightKind::F32 => (std::slice::from_raw_parts(w.data.cast(), k * m), &[]),
+            let (w_f32, w_u16, w_q8): (&[f32], &[u16], &[u8]) = match kind {
+                WeightKind::F32 => (std::slice::from_raw_parts(w.data.cast(), k * m), &[], &[]),
                 WeightKind::F16 | WeightKind::Bf16 => {
-                    (&[], std::slice::from_raw_parts(w.data.cast(), k * m))
+                    (&[], std::slice::from_raw_parts(w.data.cast(), k * m), &[])
+                }
+                WeightKind::Q8_0 => {
+                    let bytes = m * (k / q8::QK) * 34;
+                    (&[], &[], std::slice::from_raw_parts(w.data.cast(), bytes))
                 }
             };
             Some(Self {
                 kind,
                 w_f32,
                 w_u16,
+                w_q8,
                 x: std::slice::from_raw_parts(x.data.cast(), k * n),
                 bias: (!b.is_null()).then(|| std::slice::from_raw_parts((*b).data.cast(), m)),
                 y: dst.data.cast(),
@@ -83,18 +91,24 @@ impl Product<'_> {
         let Some((rows, feats)) = partition(self.n, self.m, ith, nth) else {
             return;
         };
-        let kc_max = match self.kind {
-            WeightKind::Bf16 => 2 * DEPTH_MAX,
-            _ => DEPTH_MAX,
+        // k-blocks of whole bf16 pairs / q8_0 blocks; q8_0 packs 1.25 bytes per weight.
+        let (kc_max, unit) = match self.kind {
+            WeightKind::Bf16 => (2 * DEPTH_MAX, 2),
+            WeightKind::Q8_0 => (2 * DEPTH_MAX, q8::QK),
+            _ => (DEPTH_MAX, 2),
         };
         let blocks = self.k.div_ceil(kc_max);
-        let step = self.k.div_ceil(blocks).next_multiple_of(2);
+        let step = self.k.div_ceil(blocks).next_multiple_of(unit);
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
             for k0 in (0..self.k).step_by(step) {
                 let kc = step.min(self.k - k0);
-                self.k_block(&rows, &feats, k0, kc, s);
+                if self.kind == WeightKind::Q8_0 {
+                    self.k_block_q8(&rows, &feats, k0, kc, s);
+                } else {
+                    self.k_block(&rows, &feats, k0, kc, s);
+                }
             }
         });
     }
@@ -149,6 +163,8 @@ impl Product<'_> {
                     };
                     pack::panels_bf16(&w, chunk.clone(), k0, kc, s.w.u32s(len));
                 }
+                // Its own k-blocks: `k_block_q8`.
+                WeightKind::Q8_0 => return,
             }
             for strip in 0..strips {
                 let r0 = rows.start + strip * MR;
@@ -186,6 +202,65 @@ impl Product<'_> {
                                 &tile,
                             ),
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Product<'_> {
+    /// One k-block (whole q8_0 blocks) over this thread's rows and outputs.
+    fn k_block_q8(
+        &self,
+        rows: &Range<usize>,
+        feats: &Range<usize>,
+        k0: usize,
+        kc: usize,
+        s: &mut Scratch,
+    ) {
+        let (b0, nb) = (k0 / q8::QK, kc / q8::QK);
+        let last = k0 + kc == self.k;
+        let x = Rows {
+            data: self.x,
+            k: self.k,
+        };
+        let quads = s.x.u32s(rows.len() * nb * 8);
+        q8::quantize_rows(&x, rows.clone(), b0, nb, quads, s.xd.f32s(rows.len() * nb));
+        for f in feats.clone().step_by(FC) {
+            let chunk = f..(f + FC).min(feats.end);
+            let panels = chunk.len().div_ceil(q8::NR8);
+            let panel_words = nb * q8::PANEL_BLOCK_WORDS;
+            let w = s.w.u32s(panels * panel_words);
+            q8::pack_panels(self.w_q8, self.k, chunk.clone(), b0, nb, w);
+            for r0 in rows.clone().step_by(MR) {
+                let i = r0 - rows.start;
+                for p in 0..panels {
+                    let c0 = chunk.start + p * q8::NR8;
+                    let tile = super::kernels::Tile {
+                        c: self.y.wrapping_add(r0 * self.m + c0),
+                        ldc: self.m,
+                        rows: MR.min(rows.end - r0),
+                        cols: q8::NR8.min(chunk.end - c0),
+                        accumulate: k0 > 0,
+                        bias: match (last, self.bias) {
+                            (true, Some(b)) => b[c0..].as_ptr(),
+                            _ => std::ptr::null(),
+                        },
+                    };
+                    // SAFETY: the node is only built when the CPU has AVX-512 VNNI; the
+                    // quantized rows hold `nb` blocks each, the panel `panel_words`; the tile
+                    // lies inside this thread's part of the output.
+                    unsafe {
+                        q8::tile(
+                            nb,
+                            s.x.u32s_ro(i * nb * 8),
+                            nb * 8,
+                            s.xd.f32s_ro(i * nb),
+                            nb,
+                            s.w.u32s_ro(p * panel_words),
+                            &tile,
+                        )
                     }
                 }
             }
@@ -265,6 +340,8 @@ impl Packed {
 #[derive(Default)]
 struct Scratch {
     x: Packed,
+    /// q8_0 activation scales.
+    xd: Packed,
     w: Packed,
 }
 

@@ -11,7 +11,7 @@ const _: () = assert!(
 );
 
 /// Where a tile's results go: `rows` × `cols` of the row-major output at `c`.
-pub(super) struct Tile {
+pub(crate) struct Tile {
     pub c: *mut f32,
     pub ldc: usize,
     pub rows: usize,
@@ -22,7 +22,8 @@ pub(super) struct Tile {
     pub bias: *const f32,
 }
 
-type Acc<const R: usize> = [[__m512; 4]; R];
+/// `R` rows of `V` 16-lane f32 accumulators.
+pub(super) type Acc<const R: usize, const V: usize> = [[__m512; V]; R];
 
 /// f32 products over `kc` k-steps: `xs` is the tile's first activation row (rows `ldx`
 /// apart, read directly: six rows of one k-block stay in L1), `ws` one packed panel.
@@ -74,7 +75,7 @@ unsafe fn rows_f32<const R: usize>(
 ) {
     // SAFETY: prefetches never fault; the output lines arrive while the products run.
     unsafe { prefetch_output::<R>(t) };
-    let mut acc: Acc<R> = [[_mm512_setzero_ps(); 4]; R];
+    let mut acc: Acc<R, 4> = [[_mm512_setzero_ps(); 4]; R];
     for kk in 0..kc {
         // SAFETY: kk < kc and r < R = t.rows: inside the panel and the activation rows.
         unsafe {
@@ -107,7 +108,7 @@ unsafe fn rows_bf16<const R: usize>(
 ) {
     // SAFETY: prefetches never fault; the output lines arrive while the products run.
     unsafe { prefetch_output::<R>(t) };
-    let mut acc: Acc<R> = [[_mm512_setzero_ps(); 4]; R];
+    let mut acc: Acc<R, 4> = [[_mm512_setzero_ps(); 4]; R];
     for q in 0..kc2 {
         // SAFETY: q < kc2 and r < R = t.rows: inside the panel and the activation rows;
         // bf16 vectors are 64-byte bit patterns like the integer vectors loaded.
@@ -136,7 +137,7 @@ unsafe fn rows_bf16<const R: usize>(
 /// Asks for the tile's output lines (to be read or written at the end) ahead of time: the
 /// output is too large to stay cached between k-blocks.
 #[inline(always)]
-unsafe fn prefetch_output<const R: usize>(t: &Tile) {
+pub(super) unsafe fn prefetch_output<const R: usize>(t: &Tile) {
     for r in 0..R {
         for j in 0..t.cols.div_ceil(16) {
             let p = t.c.wrapping_add(r * t.ldc + j * 16);
@@ -148,8 +149,8 @@ unsafe fn prefetch_output<const R: usize>(t: &Tile) {
 
 /// Adds the tile into (or writes it to) the output, masked to `t.cols`.
 #[inline(always)]
-unsafe fn store<const R: usize>(acc: &Acc<R>, t: &Tile) {
-    for j in 0..4 {
+pub(super) unsafe fn store<const R: usize, const V: usize>(acc: &Acc<R, V>, t: &Tile) {
+    for j in 0..V {
         let valid = t.cols.saturating_sub(j * 16).min(16);
         if valid == 0 {
             break;

@@ -23,6 +23,8 @@ mod driver;
 mod kernels;
 #[cfg(target_arch = "x86_64")]
 mod pack;
+#[cfg(target_arch = "x86_64")]
+mod q8;
 
 use std::os::raw::c_int;
 
@@ -44,6 +46,7 @@ pub(crate) enum WeightKind {
     F32,
     F16,
     Bf16,
+    Q8_0,
 }
 
 impl WeightKind {
@@ -52,6 +55,7 @@ impl WeightKind {
             GgmlType::F32 => Some(Self::F32),
             GgmlType::F16 => Some(Self::F16),
             GgmlType::BF16 => Some(Self::Bf16),
+            GgmlType::Q8_0 => Some(Self::Q8_0),
             _ => None,
         }
     }
@@ -64,6 +68,10 @@ impl WeightKind {
             match self {
                 Self::F32 | Self::F16 => f,
                 Self::Bf16 => f && std::arch::is_x86_feature_detected!("avx512bf16"),
+                Self::Q8_0 => {
+                    f && std::arch::is_x86_feature_detected!("avx512bw")
+                        && std::arch::is_x86_feature_detected!("avx512vnni")
+                }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

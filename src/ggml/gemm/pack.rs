@@ -16,7 +16,7 @@ pub(super) struct Rows<'a, T> {
 }
 
 impl<T> Rows<'_, T> {
-    fn block(&self, i: usize, k0: usize, kc: usize) -> &[T] {
+    pub(super) fn block(&self, i: usize, k0: usize, kc: usize) -> &[T] {
         &self.data[i * self.k + k0..i * self.k + k0 + kc]
     }
 }

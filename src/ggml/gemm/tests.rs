@@ -5,7 +5,9 @@
 use super::driver::partition;
 use super::pack::bf16_bits;
 use super::{blocked_gemm_available, MR, NR};
-use crate::ggml::{Arena, Backend, Context, Gallocr, GgmlType, Graph};
+use crate::ggml::{
+    dequantize_rows, quantize_rows, Arena, Backend, Context, Gallocr, GgmlType, Graph,
+};
 
 fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -19,8 +21,9 @@ fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn to_bytes(values: &[f32], ty: GgmlType) -> Vec<u8> {
+fn to_bytes(values: &[f32], ty: GgmlType, k: usize) -> Vec<u8> {
     match ty {
+        GgmlType::Q8_0 => quantize_rows(ty, values, k).expect("quantize"),
         GgmlType::F16 => values
             .iter()
             .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
@@ -33,9 +36,11 @@ fn to_bytes(values: &[f32], ty: GgmlType) -> Vec<u8> {
     }
 }
 
-/// What the weight's stored elements are, as f32.
-fn stored(values: &[f32], ty: GgmlType) -> Vec<f32> {
+/// What the weight's stored elements are, as f32 (for q8_0: the activations too, which
+/// ggml and the blocked kernel quantize the same way).
+fn stored(values: &[f32], ty: GgmlType, k: usize) -> Vec<f32> {
     match ty {
+        GgmlType::Q8_0 => dequantize_rows(ty, &to_bytes(values, ty, k), k).expect("dequantize"),
         GgmlType::F16 => values
             .iter()
             .map(|&v| half::f16::from_f32(v).to_f32())
@@ -75,7 +80,7 @@ fn run(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: u
     let _buf = backend
         .alloc_context(arena.context(), "test")
         .expect("alloc");
-    arena.get(wi).write_bytes(&to_bytes(&w, ty)).expect("w");
+    arena.get(wi).write_bytes(&to_bytes(&w, ty, k)).expect("w");
     arena.get(xi).write_f32(&x).expect("x");
     arena.get(bi).write_f32(&b).expect("b");
 
@@ -96,7 +101,7 @@ fn run(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: u
     Outcome {
         blocked: blocked.read_f32().expect("read"),
         plain: plain.read_f32().expect("read"),
-        w: stored(&w, ty),
+        w: stored(&w, ty, k),
         x,
         b: bias.then_some(b),
     }
@@ -112,15 +117,16 @@ fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads:
         b,
     } = run(ty, k, m, xne, bias, threads);
     let n: usize = xne.iter().product();
+    let xq = (ty == GgmlType::Q8_0).then(|| stored(&x, ty, k));
     let mut worst = 0f64;
     for t in 0..n {
         for o in 0..m {
             let (mut sum, mut mag) = (0f64, 0f64);
             for i in 0..k {
-                let xv = if ty == GgmlType::BF16 {
-                    bf16_value(x[t * k + i])
-                } else {
-                    x[t * k + i]
+                let xv = match (&xq, ty) {
+                    (Some(q), _) => q[t * k + i],
+                    (None, GgmlType::BF16) => bf16_value(x[t * k + i]),
+                    _ => x[t * k + i],
                 };
                 let p = xv as f64 * w[o * k + i] as f64;
                 sum += p;
@@ -139,7 +145,7 @@ fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads:
             );
             worst = worst.max(err);
             if ty != GgmlType::F16 {
-                // ggml rounds f16 products' activations to f16; f32 and bf16 agree closely.
+                // ggml rounds f16 products' activations to f16; the others agree closely.
                 let theirs = plain[t * m + o] as f64;
                 assert!(
                     (theirs - got).abs() / mag.max(1e-30) < 2e-5,
@@ -152,7 +158,9 @@ fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads:
     worst
 }
 
-const SHAPES: &[(usize, usize, [usize; 3])] = &[
+type Shape = (usize, usize, [usize; 3]);
+
+const SHAPES: &[Shape] = &[
     // One partial panel, one partial strip, odd k.
     (7, 70, [17, 1, 1]),
     // Two k-blocks, two weight chunks, batch dimensions.
@@ -163,8 +171,25 @@ const SHAPES: &[(usize, usize, [usize; 3])] = &[
     (64, 520, [16, 1, 2]),
 ];
 
+/// q8_0 rows are whole 32-blocks: one block; three k-blocks (800, 800, 736); two weight
+/// chunks; the other split.
+const Q8_SHAPES: &[Shape] = &[
+    (32, 70, [17, 1, 1]),
+    (2336, 300, [20, 3, 1]),
+    (96, 200, [23, 2, 1]),
+    (64, 520, [16, 1, 2]),
+];
+
+fn shapes(ty: GgmlType) -> &'static [Shape] {
+    if ty == GgmlType::Q8_0 {
+        Q8_SHAPES
+    } else {
+        SHAPES
+    }
+}
+
 fn each_type(f: impl Fn(GgmlType)) {
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
         if blocked_gemm_available(ty) {
             f(ty);
         } else {
@@ -179,7 +204,7 @@ fn each_type(f: impl Fn(GgmlType)) {
 #[test]
 fn blocked_products_match_f64_and_mul_mat() {
     each_type(|ty| {
-        for &(k, m, xne) in SHAPES {
+        for &(k, m, xne) in shapes(ty) {
             for bias in [false, true] {
                 check(ty, k, m, xne, bias, 2);
             }
@@ -190,9 +215,10 @@ fn blocked_products_match_f64_and_mul_mat() {
 #[test]
 fn every_thread_count_gives_the_same_result() {
     each_type(|ty| {
-        let one = run(ty, 390, 300, [41, 1, 1], true, 1).blocked;
+        let (k, m, _) = shapes(ty)[1];
+        let one = run(ty, k, m, [41, 1, 1], true, 1).blocked;
         for threads in [2, 3, 5, 8] {
-            let other = run(ty, 390, 300, [41, 1, 1], true, threads).blocked;
+            let other = run(ty, k, m, [41, 1, 1], true, threads).blocked;
             assert_eq!(one, other, "{} with {threads} threads", ty.name());
         }
     });
@@ -230,7 +256,11 @@ fn products_it_does_not_take_are_left_to_mul_mat() {
     let mut arena = Arena::new(4).expect("arena");
     let w = arena.add(GgmlType::F32, [64, 64, 1, 1], "w").expect("room");
     let q = arena
-        .add(GgmlType::Q8_0, [64, 64, 1, 1], "q")
+        .add(
+            GgmlType::from_name("q4_0").expect("q4_0"),
+            [64, 64, 1, 1],
+            "q",
+        )
         .expect("room");
     let few = arena
         .add(GgmlType::F32, [64, 4, 1, 1], "few")
