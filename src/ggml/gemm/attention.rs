@@ -163,8 +163,8 @@ impl Heads<'_> {
         });
     }
 
-    /// K as panels of 64 keys over the head's d (like a weight), V as panels of 64 of its
-    /// d columns over the keys.
+    /// K as panels of 64 keys over the head's d (like a weight), V as panels of its d
+    /// columns over the keys (see [`v_panels`]).
     fn pack_head(&self, b: usize, h: usize, s: &mut Scratch) {
         let kv = b * self.n_kv * self.dim..(b + 1) * self.n_kv * self.dim;
         let k_rows = Rows {
@@ -173,12 +173,13 @@ impl Heads<'_> {
         };
         let k_len = self.n_kv.div_ceil(NR) * self.hd * NR;
         pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len));
-        let v_panels = self.hd.div_ceil(NR);
-        let v = s.v.f32s(v_panels * self.n_kv * NR);
-        for (p, panel) in v.chunks_exact_mut(self.n_kv * NR).enumerate() {
-            let c0 = h * self.hd + p * NR;
-            let cols = (self.hd - p * NR).min(NR);
-            pack::panel_of_columns(&self.v[kv.clone()], self.dim, self.n_kv, c0, cols, panel);
+        let panels = v_panels(self.hd);
+        let total = panels.iter().map(|p| p.width).sum::<usize>() * self.n_kv;
+        let v = s.v.f32s(total);
+        for p in &panels {
+            let out = &mut v[p.offset(self.n_kv)..][..p.width * self.n_kv];
+            let cols = (h * self.hd + p.c0, p.cols, p.width);
+            pack::panel_of_columns(&self.v[kv.clone()], self.dim, self.n_kv, cols, out);
         }
     }
 
@@ -186,7 +187,7 @@ impl Heads<'_> {
         let ld = self.n_kv.next_multiple_of(16);
         let scores = s.s.f32s(rows.len() * ld).as_mut_ptr();
         let k_panels = self.n_kv.div_ceil(NR);
-        let v_panels = self.hd.div_ceil(NR);
+        let v_panels = v_panels(self.hd);
         for r0 in rows.clone().step_by(MR) {
             let n_rows = MR.min(rows.end - r0);
             let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
@@ -222,31 +223,64 @@ impl Heads<'_> {
                     kernels::softmax_row(s_row.wrapping_add(r * ld), mask, self.n_kv, self.scale)
                 };
             }
-            for p in 0..v_panels {
+            for p in &v_panels {
                 let tile = Tile {
                     c: self
                         .out
-                        .wrapping_add((b * self.n_q + r0) * self.dim + h * self.hd + p * NR),
+                        .wrapping_add((b * self.n_q + r0) * self.dim + h * self.hd + p.c0),
                     ldc: self.dim,
                     rows: n_rows,
-                    cols: (self.hd - p * NR).min(NR),
+                    cols: p.cols,
                     accumulate: false,
                     bias: std::ptr::null(),
                 };
+                let panel = s.v.f32s_ro(p.offset(self.n_kv));
                 // SAFETY: as above; the probability rows hold `n_kv` floats `ld` apart, the
-                // V panel `n_kv * NR`; the tile is this head's slice of these output rows.
+                // V panel `n_kv * width`; the tile is this head's slice of these output rows.
                 unsafe {
-                    kernels::tile_f32(
-                        self.n_kv,
-                        s_row.cast_const(),
-                        ld,
-                        s.v.f32s_ro(p * self.n_kv * NR),
-                        &tile,
-                    )
+                    if p.width == NR {
+                        kernels::tile_f32(self.n_kv, s_row.cast_const(), ld, panel, &tile)
+                    } else {
+                        kernels::tile_f32_narrow(self.n_kv, s_row.cast_const(), ld, panel, &tile)
+                    }
                 };
             }
         }
     }
+}
+
+/// One panel of V's columns: `cols` of them from column `c0` of the head, packed `width`
+/// wide, after `index` panels of the head's full width.
+struct VPanel {
+    c0: usize,
+    cols: usize,
+    width: usize,
+    index: usize,
+}
+
+impl VPanel {
+    /// Where the panel starts in the packed buffer (panels before it are all 64 wide).
+    fn offset(&self, n_kv: usize) -> usize {
+        self.index * NR * n_kv
+    }
+}
+
+/// The head's columns as panels of 64, the last one 16 wide when at most 16 columns are
+/// left (PixArt's head size 72 = 64 + 8: 80 lanes of work instead of 128).
+fn v_panels(hd: usize) -> Vec<VPanel> {
+    (0..hd.div_ceil(NR))
+        .map(|index| {
+            let c0 = index * NR;
+            let cols = (hd - c0).min(NR);
+            let width = if cols <= 16 { 16 } else { NR };
+            VPanel {
+                c0,
+                cols,
+                width,
+                index,
+            }
+        })
+        .collect()
 }
 
 /// Per-thread buffers: packed K and V of the current head, the block's score rows.

@@ -35,12 +35,37 @@ pub(super) unsafe fn tile_f32(kc: usize, xs: *const f32, ldx: usize, ws: *const 
     // SAFETY: the caller's contract, passed on unchanged.
     unsafe {
         match t.rows {
-            1 => rows_f32::<1>(kc, xs, ldx, ws, t),
-            2 => rows_f32::<2>(kc, xs, ldx, ws, t),
-            3 => rows_f32::<3>(kc, xs, ldx, ws, t),
-            4 => rows_f32::<4>(kc, xs, ldx, ws, t),
-            5 => rows_f32::<5>(kc, xs, ldx, ws, t),
-            _ => rows_f32::<MR>(kc, xs, ldx, ws, t),
+            1 => rows_f32::<1, 4>(kc, xs, ldx, ws, t),
+            2 => rows_f32::<2, 4>(kc, xs, ldx, ws, t),
+            3 => rows_f32::<3, 4>(kc, xs, ldx, ws, t),
+            4 => rows_f32::<4, 4>(kc, xs, ldx, ws, t),
+            5 => rows_f32::<5, 4>(kc, xs, ldx, ws, t),
+            _ => rows_f32::<MR, 4>(kc, xs, ldx, ws, t),
+        }
+    }
+}
+
+/// Like [`tile_f32`] for at most 16 columns, from a panel 16 wide (`ws` holds `kc * 16`):
+/// the last few columns of attention's V when its head size is not a multiple of 64.
+///
+/// # Safety
+/// As for [`tile_f32`], with the narrower panel and `t.cols` ≤ 16.
+pub(super) unsafe fn tile_f32_narrow(
+    kc: usize,
+    xs: *const f32,
+    ldx: usize,
+    ws: *const f32,
+    t: &Tile,
+) {
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe {
+        match t.rows {
+            1 => rows_f32::<1, 1>(kc, xs, ldx, ws, t),
+            2 => rows_f32::<2, 1>(kc, xs, ldx, ws, t),
+            3 => rows_f32::<3, 1>(kc, xs, ldx, ws, t),
+            4 => rows_f32::<4, 1>(kc, xs, ldx, ws, t),
+            5 => rows_f32::<5, 1>(kc, xs, ldx, ws, t),
+            _ => rows_f32::<MR, 1>(kc, xs, ldx, ws, t),
         }
     }
 }
@@ -65,8 +90,9 @@ pub(super) unsafe fn tile_bf16(kc2: usize, xs: *const u32, ldx: usize, ws: *cons
     }
 }
 
+/// `R` rows × `V` vectors of f32 products; the panel is `16 * V` wide.
 #[target_feature(enable = "avx512f")]
-unsafe fn rows_f32<const R: usize>(
+unsafe fn rows_f32<const R: usize, const V: usize>(
     kc: usize,
     xs: *const f32,
     ldx: usize,
@@ -75,17 +101,15 @@ unsafe fn rows_f32<const R: usize>(
 ) {
     // SAFETY: prefetches never fault; the output lines arrive while the products run.
     unsafe { prefetch_output::<R>(t) };
-    let mut acc: Acc<R, 4> = [[_mm512_setzero_ps(); 4]; R];
+    let mut acc: Acc<R, V> = [[_mm512_setzero_ps(); V]; R];
     for kk in 0..kc {
         // SAFETY: kk < kc and r < R = t.rows: inside the panel and the activation rows.
         unsafe {
-            let w = ws.add(kk * NR);
-            let wv = [
-                _mm512_loadu_ps(w),
-                _mm512_loadu_ps(w.add(16)),
-                _mm512_loadu_ps(w.add(32)),
-                _mm512_loadu_ps(w.add(48)),
-            ];
+            let w = ws.add(kk * 16 * V);
+            let mut wv = [_mm512_setzero_ps(); V];
+            for (j, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(w.add(16 * j));
+            }
             for (r, a) in acc.iter_mut().enumerate() {
                 let b = _mm512_set1_ps(*xs.add(r * ldx + kk));
                 for (aj, wj) in a.iter_mut().zip(wv) {

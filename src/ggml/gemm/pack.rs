@@ -131,19 +131,18 @@ fn scatter(src: &[f32], col: usize, panel: &mut [f32]) {
     }
 }
 
-/// Row segments `rows` × columns `c0..c0 + NR` of a row-major f32 matrix with row stride
-/// `ld`, copied as one panel (`panel[row * NR + j]`): the layout of a matrix whose outputs
-/// are its columns (attention's V). Columns past `cols` are zero.
+/// Row segments `rows` × columns `c0..c0 + width` of a row-major f32 matrix with row stride
+/// `ld`, copied as one panel `width` wide (`panel[row * width + j]`): the layout of a matrix
+/// whose outputs are its columns (attention's V). Columns past `cols` are zero.
 pub(super) fn panel_of_columns(
     data: &[f32],
     ld: usize,
     rows: usize,
-    c0: usize,
-    cols: usize,
+    (c0, cols, width): (usize, usize, usize),
     out: &mut [f32],
 ) {
-    for (r, dst) in out.chunks_exact_mut(NR).take(rows).enumerate() {
-        let valid = cols.min(NR);
+    for (r, dst) in out.chunks_exact_mut(width).take(rows).enumerate() {
+        let valid = cols.min(width);
         dst[..valid].copy_from_slice(&data[r * ld + c0..r * ld + c0 + valid]);
         dst[valid..].fill(0.0);
     }
