@@ -308,6 +308,19 @@ impl Context {
         dilation: (usize, usize),
         direct: bool,
     ) -> Tensor<'c> {
+        self.conv_2d_on(kernel, x, (stride, pad, dilation), direct, false)
+    }
+
+    /// [`Context::conv_2d`]; with `blocked` (graphs computed on the CPU), an f32 kernel's
+    /// patch product runs through the blocked kernels (`ggml::gemm`) when they take it.
+    pub fn conv_2d_on<'c>(
+        &'c self,
+        kernel: Tensor<'c>,
+        x: Tensor<'c>,
+        (stride, pad, dilation): ((usize, usize), (usize, usize), (usize, usize)),
+        direct: bool,
+        blocked: bool,
+    ) -> Tensor<'c> {
         let (s0, s1) = (stride.0 as i32, stride.1 as i32);
         let (p0, p1) = (pad.0 as i32, pad.1 as i32);
         let (d0, d1) = (dilation.0 as i32, dilation.1 as i32);
@@ -344,6 +357,13 @@ impl Context {
         let [k, ow, oh, n] = col.ne();
         let col2 = self.reshape(col, [k, ow * oh * n, 1, 1]);
         let ker2 = self.reshape(kernel, [kw * kh * ic, oc, 1, 1]);
+        if blocked && col_ty == GgmlType::F32 {
+            // The kernel as the weight, patches as the tokens: [OC, OW, OH, N] out.
+            if let Some(y) = self.blocked_linear(ker2, col2, None) {
+                let y = self.reshape(y, [oc, ow, oh, n]);
+                return self.cont(self.permute(y, [2, 0, 1, 3]));
+            }
+        }
         let kernel_f = if kernel.ty() == col_ty {
             ker2
         } else {

@@ -107,6 +107,26 @@ impl<'g> GraphCtx<'g> {
         }
     }
 
+    /// [`Context::conv_2d`], with the blocked CPU kernels for the patch product when they
+    /// are on (f32 kernels; others keep ggml's path and its f16 patches).
+    pub fn conv_2d(
+        &self,
+        kernel: Tensor<'g>,
+        x: Tensor<'g>,
+        stride: (usize, usize),
+        pad: (usize, usize),
+        dilation: (usize, usize),
+        direct: bool,
+    ) -> Tensor<'g> {
+        self.ctx.conv_2d_on(
+            kernel,
+            x,
+            (stride, pad, dilation),
+            direct,
+            self.blocked_gemm,
+        )
+    }
+
     /// Schedules cache stores into `graph` as they are registered.
     pub(crate) fn with_graph(mut self, graph: &'g Graph<'g>) -> Self {
         self.graph = Some(graph);
