@@ -4,7 +4,8 @@
 //! `cargo bench --bench pixart_step [-- --threads N --dir /tmp/pixart_xl]`. The reference
 //! script `benches/pixart_step.py` writes the random real-size weights (2.4 GB, diffusers
 //! layout) the first time and times diffusers; each of our variants runs in a child process
-//! so its peak RSS is its own.
+//! so its peak RSS is its own. `+ggml` variants run ggml's own CPU kernels instead of the
+//! blocked ones (`ggml::gemm`), for comparison.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,10 +43,14 @@ fn peak_rss_mb() -> f64 {
 
 /// Child mode: load with `ty`, run one warm-up and one timed step, print the figures.
 fn run_variant(dir: &Path, variant: &str, threads: usize) {
-    // `<type>` or `<type>+fa` (flash attention).
-    let (ty, flash_attn) = match variant.strip_suffix("+fa") {
-        Some(ty) => (ty, true),
-        None => (variant, false),
+    // `<type>`, `<type>+fa` (flash attention) or `<type>+ggml` (ggml's own CPU kernels
+    // instead of the blocked ones).
+    let (ty, flash_attn, blocked_kernels) = if let Some(ty) = variant.strip_suffix("+fa") {
+        (ty, true, true)
+    } else if let Some(ty) = variant.strip_suffix("+ggml") {
+        (ty, false, false)
+    } else {
+        (variant, false, true)
     };
     let wtype = if ty == "f32" {
         None
@@ -69,6 +74,7 @@ fn run_variant(dir: &Path, variant: &str, threads: usize) {
         Some(weights),
         RunOptions {
             flash_attn,
+            blocked_kernels,
             ..RunOptions::default()
         },
     );
@@ -139,7 +145,16 @@ fn main() {
         }
     }
     let me = std::env::current_exe().expect("exe");
-    for ty in ["f32", "bf16", "f16", "q8_0", "bf16+fa", "q8_0+fa"] {
+    for ty in [
+        "f32",
+        "bf16",
+        "f16",
+        "q8_0",
+        "f32+ggml",
+        "bf16+ggml",
+        "f16+ggml",
+        "q8_0+ggml",
+    ] {
         let o = Command::new(&me)
             .args(["--variant", ty, "--threads", &threads.to_string(), "--dir"])
             .arg(&dir)
@@ -148,7 +163,7 @@ fn main() {
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         match (field(&text, "ours_s"), reference) {
             (Some(s), Some(r)) => println!(
-                "ours {ty:<7}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
+                "ours {ty:<9}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
                 s / r,
                 field(&text, "rss_mb").unwrap_or(0.0),
                 field(&text, "weights_mb").unwrap_or(0.0)

@@ -20,14 +20,16 @@ fn check_linear(case: &str, bias: bool) {
     let x = tensor(&s, &format!("{case}.x"));
     let y = tensor(&s, &format!("{case}.y"));
     let (in_f, out_f) = (x.ne[0], y.ne[0]);
-    let (lin, w, be) = load_block(&s, &format!("{case}."), |wb| {
-        Linear::new(wb, in_f, out_f, bias).unwrap()
-    });
-    let r = runner(Some(w), be, false);
-    let got = r
-        .compute(|g| vec![lin.forward(g, g.input_f32("x", x.ne, x.data.clone()))])
-        .unwrap();
-    assert_close(case, &got[0], &y, TOL);
+    for blocked in [true, false] {
+        let (lin, w, be) = load_block(&s, &format!("{case}."), |wb| {
+            Linear::new(wb, in_f, out_f, bias).unwrap()
+        });
+        let r = runner_with_kernels(Some(w), be, false, blocked);
+        let got = r
+            .compute(|g| vec![lin.forward(g, g.input_f32("x", x.ne, x.data.clone()))])
+            .unwrap();
+        assert_close(&format!("{case} (blocked {blocked})"), &got[0], &y, TOL);
+    }
 }
 
 #[test]
@@ -115,14 +117,14 @@ fn activations_match_torch() {
     assert_close("silu", &got[2], &tensor(&s, "silu.y"), TOL);
 }
 
-fn run_attention(s: &TensorStore, case: &str, flash: bool) -> HostTensor {
+fn run_attention(s: &TensorStore, case: &str, flash: bool, blocked: bool) -> HostTensor {
     let q = tensor(s, &format!("{case}.q"));
     let k = tensor(s, &format!("{case}.k"));
     let v = tensor(s, &format!("{case}.v"));
     let mask = s
         .get(&format!("{case}.mask"))
         .map(|_| tensor(s, &format!("{case}.mask")));
-    let got = runner(None, cpu(), flash)
+    let got = runner_with_kernels(None, cpu(), flash, blocked)
         .compute(|g| {
             let qt = g.input_f32("q", q.ne, q.data.clone());
             let kt = g.input_f32("k", k.ne, k.data.clone());
@@ -141,13 +143,17 @@ fn attention_matches_torch_sdpa() {
     let s = store();
     for case in ["attn", "attn_mask"] {
         let y = tensor(&s, &format!("{case}.y"));
-        assert_close(case, &run_attention(&s, case, false), &y, TOL);
-        assert_close(
-            &format!("{case} (flash)"),
-            &run_attention(&s, case, true),
-            &y,
-            2e-3,
-        );
+        for blocked in [true, false] {
+            let exact = run_attention(&s, case, false, blocked);
+            assert_close(&format!("{case} (blocked {blocked})"), &exact, &y, TOL);
+            let flash = run_attention(&s, case, true, blocked);
+            assert_close(
+                &format!("{case} (flash, blocked {blocked})"),
+                &flash,
+                &y,
+                2e-3,
+            );
+        }
     }
 }
 

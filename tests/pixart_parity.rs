@@ -24,12 +24,15 @@ struct Run {
     mask: bool,
     micro: bool,
     flash: bool,
+    /// The blocked CPU kernels (else ggml's own).
+    blocked: bool,
 }
 
 const FULL: Run = Run {
     mask: true,
     micro: true,
     flash: false,
+    blocked: true,
 };
 
 /// Runs the model whose weights are `weights` (under `w.`) on the inputs of `case`.
@@ -50,7 +53,7 @@ fn run(case: &TensorStore, weights: &TensorStore, opts: Run) -> (PixArtConfig, H
     let sizes: Option<Vec<(f32, f32)>> =
         res.map(|r| r.data.chunks(2).map(|hw| (hw[0], hw[1])).collect());
     let pos = PosEmbedParams::for_sample_size(8, config.patch_size);
-    let out = runner(Some(w), backend, opts.flash)
+    let out = runner_with_kernels(Some(w), backend, opts.flash, opts.blocked)
         .compute(|g| {
             let inputs = PixArtInputs {
                 x: g.input_f32("x", x.ne, x.data.clone()),
@@ -92,6 +95,12 @@ fn check(case: &str, weights: &str, opts: Run, tol: f32) -> PixArtConfig {
 
 #[test]
 fn sigma_diffusers_layout_matches_diffusers() {
+    // ggml's own kernels (CPUs without AVX-512), then the blocked ones.
+    let ggml_kernels = Run {
+        blocked: false,
+        ..FULL
+    };
+    check("sigma", "sigma", ggml_kernels, TOL);
     let c = check("sigma", "sigma", FULL, TOL);
     assert_eq!(
         c,
@@ -129,12 +138,15 @@ fn alpha_ms_micro_conditions_match_diffusers() {
 
 #[test]
 fn flash_attention_matches_diffusers() {
-    let flash = Run {
-        flash: true,
-        ..FULL
-    };
-    check("sigma", "sigma", flash, 2e-3);
-    check("alpha_ms", "alpha_ms_original", flash, 2e-3);
+    for blocked in [true, false] {
+        let flash = Run {
+            flash: true,
+            blocked,
+            ..FULL
+        };
+        check("sigma", "sigma", flash, 2e-3);
+        check("alpha_ms", "alpha_ms_original", flash, 2e-3);
+    }
 }
 
 /// The fixtures are sensitive to the caption mask and the micro-conditions: leaving either

@@ -9,7 +9,8 @@ pub struct AttentionMask<'g>(pub Tensor<'g>);
 
 /// q: [head_dim * heads, n_q, B], k/v: [head_dim * heads, n_kv, B] → [head_dim * heads, n_q, B].
 ///
-/// With `g.flash_attn()` the fused kernel runs with K/V in f16 and f32 accumulation; otherwise
+/// On the CPU with AVX-512: the blocked kernels (`ggml::gemm`), exact in f32. Otherwise, with
+/// `g.flash_attn()` the fused kernel runs with K/V in f16 and f32 accumulation, else
 /// softmax(q k^T * scale + mask) v in f32.
 pub fn attention<'g>(
     g: &'g GraphCtx<'g>,
@@ -23,8 +24,10 @@ pub fn attention<'g>(
     let n_kv = k.ne()[1];
     let head_dim = dim / heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    if g.blocked_gemm() && !g.flash_attn() {
-        // CPU: heads read in place by the blocked kernels (exact, f32), when they take it.
+    if g.blocked_gemm() {
+        // CPU: heads read in place by the blocked kernels (exact, f32; like `--fa`, no score
+        // matrix beyond one query block per thread), when they take it. Faster than ggml's
+        // fused kernel, so `--fa` takes this too.
         let c = |t: Tensor<'g>| if t.is_contiguous() { t } else { g.cont(t) };
         if let Some(out) = g.blocked_attention(c(q), c(k), c(v), heads, mask.map(|m| m.0), scale) {
             return out;

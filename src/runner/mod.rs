@@ -44,6 +44,10 @@ pub struct RunOptions {
     pub memory_budget: Option<usize>,
     /// Budget source, weight offload, prefetch and segmentation switches.
     pub memory: MemoryOptions,
+    /// On the CPU backend, run linears, f32 convolutions and attention through the blocked
+    /// AVX-512 kernels where the CPU has them (`ggml::gemm`); off = ggml's own kernels
+    /// everywhere (also `SD_CLI_GEMM=ggml`).
+    pub blocked_kernels: bool,
 }
 
 impl Default for RunOptions {
@@ -53,6 +57,7 @@ impl Default for RunOptions {
             graph_size: DEFAULT_GRAPH_SIZE,
             memory_budget: None,
             memory: MemoryOptions::default(),
+            blocked_kernels: true,
         }
     }
 }
@@ -224,7 +229,9 @@ impl Runner {
         let graph = Graph::new(ctx, size);
         let g = GraphCtx::new(ctx, self.weights.as_ref(), &cache, self.options.flash_attn)
             .with_fused_f32_attention(self.backend.is_cpu())
-            .with_blocked_gemm(self.backend.is_cpu() && blocked_gemm_wanted())
+            .with_blocked_gemm(
+                self.options.blocked_kernels && self.backend.is_cpu() && blocked_gemm_wanted(),
+            )
             .with_graph(&graph);
         let outputs = build(&g);
         // Outputs are made contiguous f32 so they read back in one copy.

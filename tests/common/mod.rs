@@ -51,12 +51,24 @@ pub fn load_block<B>(
 }
 
 pub fn runner(weights: Option<ModelWeights>, backend: Rc<Backend>, flash_attn: bool) -> Runner {
+    runner_with_kernels(weights, backend, flash_attn, true)
+}
+
+/// A runner that may (`blocked`) or may not use the blocked CPU kernels, so tests cover both
+/// them and ggml's own kernels (what CPUs without AVX-512 run).
+pub fn runner_with_kernels(
+    weights: Option<ModelWeights>,
+    backend: Rc<Backend>,
+    flash_attn: bool,
+    blocked: bool,
+) -> Runner {
     Runner::new(
         "test",
         backend,
         weights,
         RunOptions {
             flash_attn,
+            blocked_kernels: blocked,
             ..RunOptions::default()
         },
     )
