@@ -33,7 +33,7 @@ fn key(node: Tensor<'_>) -> String {
         {
             format!("BLOCKED_ATTENTION q {:?}", q.ne())
         }
-        ("CUSTOM", Some(a), Some(b)) => format!(
+        ("CUSTOM", Some(b), Some(a)) => format!(
             "BLOCKED_GEMM {} {:?} x {} {:?}",
             a.ty(),
             a.ne(),

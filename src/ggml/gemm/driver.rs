@@ -35,8 +35,8 @@ struct Product<'a> {
 /// ggml's entry point for the node built by `Context::blocked_linear`.
 ///
 /// # Safety
-/// `dst` is that node: `src[0]` a contiguous 2-D weight of the type its kind names, `src[1]`
-/// contiguous f32 activations, `src[2]` null or an f32 bias, all allocated in host memory.
+/// `dst` is that node: `src[0]` contiguous f32 activations, `src[1]` a contiguous 2-D weight
+/// of the type its kind names, `src[2]` null or an f32 bias, all allocated in host memory.
 pub(super) unsafe extern "C" fn compute(
     dst: *mut sys::ggml_tensor,
     ith: c_int,
@@ -54,7 +54,7 @@ impl Product<'_> {
     /// # Safety
     /// As for [`compute`].
     unsafe fn from_node(dst: &sys::ggml_tensor) -> Option<Self> {
-        let (w, x, b) = (dst.src[0], dst.src[1], dst.src[2]);
+        let (x, w, b) = (dst.src[0], dst.src[1], dst.src[2]);
         // SAFETY: the node's sources are live tensors (the contract of `compute`).
         let (w, x) = unsafe { (&*w, &*x) };
         let kind = WeightKind::of(crate::ggml::GgmlType::from_id(w.type_)?)?;

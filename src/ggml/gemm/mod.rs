@@ -116,9 +116,13 @@ impl Context {
             return None;
         }
         debug_assert!(blocked_gemm_available(w.ty()) && kind.supported());
+        // Activations first: ggml orders a graph by visiting sources in order, so a weight
+        // view (a reshaped conv kernel, a slice of a fused weight) listed first would be
+        // scheduled before everything the activations depend on, into an early graph-cut
+        // segment, which would then hold that weight.
         let mut args = [
-            w.raw(),
             x.raw(),
+            w.raw(),
             bias.map_or(std::ptr::null_mut(), |b| b.raw()),
         ];
         let n_args = if bias.is_some() { 3 } else { 2 };
