@@ -47,6 +47,7 @@ impl Context {
         let n_kv = k.ne()[1];
         let f32_contiguous = |t: Tensor<'_>| t.ty() == GgmlType::F32 && t.is_contiguous();
         let ok = heads > 0
+            && dim > 0
             && dim % heads == 0
             && b3 == 1
             && k.ne() == [dim, n_kv, batch, 1]

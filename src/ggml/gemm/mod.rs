@@ -102,7 +102,10 @@ impl Context {
         let [k, m, w2, w3] = w.ne();
         let xn = x.ne();
         let tokens = xn[1] * xn[2] * xn[3];
-        let shapes_ok = w2 == 1
+        let shapes_ok = k > 0
+            && m > 0
+            && (kind != WeightKind::Q8_0 || k % q8_block() == 0)
+            && w2 == 1
             && w3 == 1
             && w.is_contiguous()
             && x.ty() == GgmlType::F32
@@ -145,6 +148,11 @@ impl Context {
         };
         Some(self.wrap(out))
     }
+}
+
+/// Elements per q8_0 block (ggml's QK8_0).
+fn q8_block() -> usize {
+    GgmlType::Q8_0.block_size()
 }
 
 /// The custom op's body (no body where the kernels do not exist: never built there).
