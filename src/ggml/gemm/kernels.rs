@@ -10,6 +10,40 @@ const _: () = assert!(
     "the tiles below hold 6 rows of four vectors"
 );
 
+/// Evaluates `$call` with the const `$r` set to `$rows` (1..=MR): each row count of a tile
+/// is its own monomorphized kernel, so its accumulators stay in registers.
+macro_rules! with_rows {
+    ($rows:expr, $r:ident => $call:expr) => {
+        match $rows {
+            1 => {
+                const $r: usize = 1;
+                $call
+            }
+            2 => {
+                const $r: usize = 2;
+                $call
+            }
+            3 => {
+                const $r: usize = 3;
+                $call
+            }
+            4 => {
+                const $r: usize = 4;
+                $call
+            }
+            5 => {
+                const $r: usize = 5;
+                $call
+            }
+            _ => {
+                const $r: usize = $crate::ggml::gemm::MR;
+                $call
+            }
+        }
+    };
+}
+pub(super) use with_rows;
+
 /// Where a tile's results go: `rows` × `cols` of the row-major output at `c`.
 pub(crate) struct Tile {
     pub c: *mut f32,
@@ -33,16 +67,7 @@ pub(super) type Acc<const R: usize, const V: usize> = [[__m512; V]; R];
 /// `kc * NR` floats; `t` describes a writable region (with `bias`, `cols` readable floats).
 pub(super) unsafe fn tile_f32(kc: usize, xs: *const f32, ldx: usize, ws: *const f32, t: &Tile) {
     // SAFETY: the caller's contract, passed on unchanged.
-    unsafe {
-        match t.rows {
-            1 => rows_f32::<1, 4>(kc, xs, ldx, ws, t),
-            2 => rows_f32::<2, 4>(kc, xs, ldx, ws, t),
-            3 => rows_f32::<3, 4>(kc, xs, ldx, ws, t),
-            4 => rows_f32::<4, 4>(kc, xs, ldx, ws, t),
-            5 => rows_f32::<5, 4>(kc, xs, ldx, ws, t),
-            _ => rows_f32::<MR, 4>(kc, xs, ldx, ws, t),
-        }
-    }
+    unsafe { with_rows!(t.rows, R => rows_f32::<R, 4>(kc, xs, ldx, ws, t)) }
 }
 
 /// Like [`tile_f32`] for at most 16 columns, from a panel 16 wide (`ws` holds `kc * 16`):
@@ -58,16 +83,7 @@ pub(super) unsafe fn tile_f32_narrow(
     t: &Tile,
 ) {
     // SAFETY: the caller's contract, passed on unchanged.
-    unsafe {
-        match t.rows {
-            1 => rows_f32::<1, 1>(kc, xs, ldx, ws, t),
-            2 => rows_f32::<2, 1>(kc, xs, ldx, ws, t),
-            3 => rows_f32::<3, 1>(kc, xs, ldx, ws, t),
-            4 => rows_f32::<4, 1>(kc, xs, ldx, ws, t),
-            5 => rows_f32::<5, 1>(kc, xs, ldx, ws, t),
-            _ => rows_f32::<MR, 1>(kc, xs, ldx, ws, t),
-        }
-    }
+    unsafe { with_rows!(t.rows, R => rows_f32::<R, 1>(kc, xs, ldx, ws, t)) }
 }
 
 /// bf16 products over `kc2` k-pairs (`vdpbf16ps`: two products per lane per step); `xs`
@@ -78,16 +94,7 @@ pub(super) unsafe fn tile_f32_narrow(
 /// apart; `ws` holds `kc2 * NR` pairs; `t` as for [`tile_f32`].
 pub(super) unsafe fn tile_bf16(kc2: usize, xs: *const u32, ldx: usize, ws: *const u32, t: &Tile) {
     // SAFETY: the caller's contract, passed on unchanged.
-    unsafe {
-        match t.rows {
-            1 => rows_bf16::<1>(kc2, xs, ldx, ws, t),
-            2 => rows_bf16::<2>(kc2, xs, ldx, ws, t),
-            3 => rows_bf16::<3>(kc2, xs, ldx, ws, t),
-            4 => rows_bf16::<4>(kc2, xs, ldx, ws, t),
-            5 => rows_bf16::<5>(kc2, xs, ldx, ws, t),
-            _ => rows_bf16::<MR>(kc2, xs, ldx, ws, t),
-        }
-    }
+    unsafe { with_rows!(t.rows, R => rows_bf16::<R>(kc2, xs, ldx, ws, t)) }
 }
 
 /// `R` rows × `V` vectors of f32 products; the panel is `16 * V` wide.

@@ -8,9 +8,8 @@
 
 use std::arch::x86_64::*;
 
-use super::kernels::{prefetch_output, store, Acc, Tile};
+use super::kernels::{prefetch_output, store, with_rows, Acc, Tile};
 use super::pack::Rows;
-use super::MR;
 
 /// Elements per q8_0 block.
 pub(super) const QK: usize = 32;
@@ -105,16 +104,7 @@ pub(super) unsafe fn tile(
     t: &Tile,
 ) {
     // SAFETY: the caller's contract, passed on unchanged.
-    unsafe {
-        match t.rows {
-            1 => rows::<1>(nb, xq, ldq, xd, ldd, wp, t),
-            2 => rows::<2>(nb, xq, ldq, xd, ldd, wp, t),
-            3 => rows::<3>(nb, xq, ldq, xd, ldd, wp, t),
-            4 => rows::<4>(nb, xq, ldq, xd, ldd, wp, t),
-            5 => rows::<5>(nb, xq, ldq, xd, ldd, wp, t),
-            _ => rows::<MR>(nb, xq, ldq, xd, ldd, wp, t),
-        }
-    }
+    unsafe { with_rows!(t.rows, R => rows::<R>(nb, xq, ldq, xd, ldd, wp, t)) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
