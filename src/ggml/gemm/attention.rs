@@ -21,6 +21,10 @@ use crate::ggml::types::GgmlType;
 const QB: usize = 8 * MR;
 /// Longest key sequence taken (a score block of 48 × 16384 f32 is 3 MiB).
 const MAX_KV: usize = 16384;
+/// Largest head (keys × head size) taken: each thread packs its head's K and V, 2 × 8 MiB at
+/// most (Qwen Image at 1024² needs ~2 MiB; a VAE's one 512-wide head over 128² latents
+/// would need 64 MiB and keeps ggml's fused kernel).
+const MAX_HEAD_ELEMENTS: usize = 2 << 20;
 /// Where the head count and scale sit in the node's op params (after ggml's custom-op
 /// parameters, which take the first 24 bytes).
 const PARAM_HEADS: usize = 8;
@@ -53,6 +57,7 @@ impl Context {
             && k.ne() == [dim, n_kv, batch, 1]
             && v.ne() == k.ne()
             && (1..=MAX_KV).contains(&n_kv)
+            && n_kv * (dim / heads) <= MAX_HEAD_ELEMENTS
             && [q, k, v].into_iter().all(f32_contiguous)
             && mask.is_none_or(|m| f32_contiguous(m) && m.ne() == [n_kv, n_q, 1, 1]);
         if !ok {

@@ -14,6 +14,9 @@ use crate::ggml::sys;
 /// 14 KiB) stays in L1 while the panels it meets stream from L2; PixArt's k = 1152 is one
 /// block in bf16, two in f32 (measured best on a 32 KiB L1 / 1 MiB L2 core).
 const DEPTH_MAX: usize = 576;
+/// Tokens packed at a time (a multiple of MR): bf16 activations of one k-block take at most
+/// 3072 × 576 × 4 bytes = 6.75 MiB, q8_0 ones 3.4 MiB.
+const ROW_CHUNK: usize = 512 * MR;
 /// Outputs per weight chunk: 4 panels × 576 × 64 × 4 bytes = 576 KiB, inside L2.
 const FC: usize = 4 * NR;
 
@@ -102,12 +105,17 @@ impl Product<'_> {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
-            for k0 in (0..self.k).step_by(step) {
-                let kc = step.min(self.k - k0);
-                if self.kind == WeightKind::Q8_0 {
-                    self.k_block_q8(&rows, &feats, k0, kc, s);
-                } else {
-                    self.k_block(&rows, &feats, k0, kc, s);
+            // Rows in chunks, so the packed activations of one k-block stay a few MiB
+            // however many tokens there are (each chunk packs the weight again).
+            for r0 in rows.clone().step_by(ROW_CHUNK) {
+                let chunk = r0..(r0 + ROW_CHUNK).min(rows.end);
+                for k0 in (0..self.k).step_by(step) {
+                    let kc = step.min(self.k - k0);
+                    if self.kind == WeightKind::Q8_0 {
+                        self.k_block_q8(&chunk, &feats, k0, kc, s);
+                    } else {
+                        self.k_block(&chunk, &feats, k0, kc, s);
+                    }
                 }
             }
         });

@@ -107,6 +107,20 @@ fn run(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: u
     }
 }
 
+/// Activations as ggml's CPU backend quantizes them for a q8_0 product (its AVX path: scale
+/// max|x| / 127 stored as f16, values rounded half to even; ggml's reference quantizer, used
+/// for weights, rounds half away from zero), dequantized.
+fn quantized_activations(x: &[f32]) -> Vec<f32> {
+    x.chunks(32)
+        .flat_map(|block| {
+            let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = half::f16::from_f32(amax / 127.0).to_f32();
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            block.iter().map(move |&v| (v * id).round_ties_even() * d)
+        })
+        .collect()
+}
+
 /// Checks one product; returns the largest error relative to Σ|x·w| of its element.
 fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usize) -> f64 {
     let Outcome {
@@ -117,7 +131,7 @@ fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads:
         b,
     } = run(ty, k, m, xne, bias, threads);
     let n: usize = xne.iter().product();
-    let xq = (ty == GgmlType::Q8_0).then(|| stored(&x, ty, k));
+    let xq = (ty == GgmlType::Q8_0).then(|| quantized_activations(&x));
     let mut worst = 0f64;
     for t in 0..n {
         for o in 0..m {
@@ -169,15 +183,18 @@ const SHAPES: &[Shape] = &[
     (1000, 200, [23, 2, 1]),
     // More outputs than tokens (the other split), a 4-D batch.
     (64, 520, [16, 1, 2]),
+    // More rows per thread than one packing chunk (3072).
+    (64, 70, [6200, 1, 1]),
 ];
 
 /// q8_0 rows are whole 32-blocks: one block; three k-blocks (800, 800, 736); two weight
-/// chunks; the other split.
+/// chunks; the other split; several packing chunks.
 const Q8_SHAPES: &[Shape] = &[
     (32, 70, [17, 1, 1]),
     (2336, 300, [20, 3, 1]),
     (96, 200, [23, 2, 1]),
     (64, 520, [16, 1, 2]),
+    (64, 70, [6200, 1, 1]),
 ];
 
 fn shapes(ty: GgmlType) -> &'static [Shape] {
