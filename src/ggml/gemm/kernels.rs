@@ -291,3 +291,51 @@ pub(super) unsafe fn softmax_row(row: *mut f32, mask: *const f32, n: usize, scal
         }
     }
 }
+
+/// Transposes a 16 × 16 block of 32-bit words: row `i` is the 16 words at `src[i]`; column
+/// `c` (word `c` of every row, in row order) is stored at `dst + c * dst_stride`.
+///
+/// # Safety
+/// AVX-512F must be present; each `src[i]` has 16 readable words, and the 16 destinations 16
+/// writable words.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn transpose_16x16(src: &[*const u32; 16], dst: *mut u32, dst_stride: usize) {
+    // SAFETY: the caller's contract on `src` and `dst`; the rest is register shuffling.
+    unsafe {
+        let mut r = [_mm512_setzero_si512(); 16];
+        for (v, &p) in r.iter_mut().zip(src) {
+            *v = _mm512_loadu_si512(p.cast());
+        }
+        // Within each 128-bit lane: pairs of rows interleaved by word, then by word pair, so
+        // u[4g + e] holds word e of the lane for rows 4g..4g+4.
+        let mut t = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
+        let mut u = [_mm512_setzero_si512(); 16];
+        for g in 0..4 {
+            let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+            u[4 * g] = _mm512_unpacklo_epi64(a, c);
+            u[4 * g + 1] = _mm512_unpackhi_epi64(a, c);
+            u[4 * g + 2] = _mm512_unpacklo_epi64(b, d);
+            u[4 * g + 3] = _mm512_unpackhi_epi64(b, d);
+        }
+        // Gather lane L of the four row groups: column 4L + e.
+        for e in 0..4 {
+            let v = _mm512_shuffle_i32x4::<0x88>(u[e], u[4 + e]);
+            let w = _mm512_shuffle_i32x4::<0xdd>(u[e], u[4 + e]);
+            let v2 = _mm512_shuffle_i32x4::<0x88>(u[8 + e], u[12 + e]);
+            let w2 = _mm512_shuffle_i32x4::<0xdd>(u[8 + e], u[12 + e]);
+            let cols = [
+                _mm512_shuffle_i32x4::<0x88>(v, v2),
+                _mm512_shuffle_i32x4::<0x88>(w, w2),
+                _mm512_shuffle_i32x4::<0xdd>(v, v2),
+                _mm512_shuffle_i32x4::<0xdd>(w, w2),
+            ];
+            for (lane, col) in cols.into_iter().enumerate() {
+                _mm512_storeu_si512(dst.add((4 * lane + e) * dst_stride).cast(), col);
+            }
+        }
+    }
+}

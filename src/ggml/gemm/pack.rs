@@ -63,8 +63,11 @@ pub(super) fn panels_f32(
     kc: usize,
     out: &mut [f32],
 ) {
-    for_panel_rows(feats, kc, NR, out, |row, col, panel| {
-        scatter(w.block(row, k0, kc), col, panel);
+    let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
+        fast.run(as_words_mut(out), |row| as_words(w.block(row, k0, kc)))
+    });
+    for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
+        scatter(&w.block(row, k0, kc)[d0..], d0, col, panel);
     });
 }
 
@@ -76,12 +79,22 @@ pub(super) fn panels_f16(
     kc: usize,
     out: &mut [f32],
 ) {
+    // Columns `from..kc` of a row, widened (`half` converts slices with F16C when present).
+    let widen = |row: usize, from: usize, wide: &mut [f32]| {
+        let halves: &[half::f16] = w.block(row, k0 + from, kc - from).reinterpret_cast();
+        halves.convert_to_f32_slice(&mut wide[..kc - from]);
+    };
+    let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
+        fast.run_staged(as_words_mut(out), kc, |first, staged| {
+            for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
+                widen(first + i, 0, as_floats_mut(dst));
+            }
+        })
+    });
     let mut wide = vec![0f32; kc];
-    for_panel_rows(feats, kc, NR, out, |row, col, panel| {
-        // `half` converts whole slices with F16C when the CPU has it.
-        let halves: &[half::f16] = w.block(row, k0, kc).reinterpret_cast();
-        halves.convert_to_f32_slice(&mut wide);
-        scatter(&wide, col, panel);
+    for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
+        widen(row, d0, &mut wide);
+        scatter(&wide[..kc - d0], d0, col, panel);
     });
 }
 
@@ -94,28 +107,130 @@ pub(super) fn panels_bf16(
     out: &mut [u32],
 ) {
     let kc2 = kc.div_ceil(2);
-    for_panel_rows(feats, kc2, NR, out, |row, col, panel| {
-        for (q, pair) in w.block(row, k0, kc).chunks(2).enumerate() {
+    // Whole pairs at a 4-byte boundary are read as words directly.
+    let pairs = |row: usize| -> Option<&[u32]> {
+        // SAFETY: `align_to` only yields the aligned middle; u32 has no invalid bit patterns.
+        match unsafe { w.block(row, k0, kc).align_to::<u32>() } {
+            ([], mid, []) => Some(mid),
+            _ => None,
+        }
+    };
+    let aligned = kc % 2 == 0 && feats.clone().all(|r| pairs(r).is_some());
+    let done = FullPanels::new(&feats, kc2, out.len())
+        .filter(|_| aligned)
+        .map_or((0, 0), |fast| {
+            fast.run(out, |row| pairs(row).unwrap_or(&[]))
+        });
+    for_panel_rows(feats, kc2, NR, out, done, |row, col, panel, q0| {
+        let tail = w.block(row, k0 + 2 * q0, kc - 2 * q0);
+        for (q, pair) in tail.chunks(2).enumerate() {
             let hi = pair.get(1).copied().unwrap_or(0) as u32;
-            panel[q * NR + col] = pair[0] as u32 | (hi << 16);
+            panel[(q0 + q) * NR + col] = pair[0] as u32 | (hi << 16);
         }
     });
 }
 
-/// Calls `fill(row, column in panel, panel)` for each weight row, and zeroes the columns of
-/// the last panel past `feats.end`. A panel is `depth * NR` elements.
+/// The panels whose 64 columns are all weight rows, filled by 16 × 16 AVX-512 transposes
+/// (the scalar fill then only handles a partial last panel and the depth's tail).
+struct FullPanels {
+    first: usize,
+    panels: usize,
+    depth: usize,
+    /// Depth covered by whole 16-blocks.
+    full: usize,
+}
+
+impl FullPanels {
+    fn new(feats: &std::ops::Range<usize>, depth: usize, out_len: usize) -> Option<Self> {
+        let panels = feats.len() / NR;
+        let full = depth / 16 * 16;
+        (panels > 0 && full > 0 && out_len >= panels * depth * NR).then_some(Self {
+            first: feats.start,
+            panels,
+            depth,
+            full,
+        })
+    }
+
+    /// `row(r)` gives weight row `r`'s `depth` words. Returns (panels, depth) filled.
+    fn run<'a>(self, out: &mut [u32], row: impl Fn(usize) -> &'a [u32]) -> (usize, usize) {
+        for p in 0..self.panels {
+            for g in 0..NR / 16 {
+                let first = self.first + p * NR + g * 16;
+                let rows: [&[u32]; 16] = std::array::from_fn(|i| row(first + i));
+                self.block_rows(out, p, g, &rows);
+            }
+        }
+        (self.panels, self.full)
+    }
+
+    /// Like `run`, for rows produced 16 at a time into a staging buffer of `16 × width` words.
+    fn run_staged(
+        self,
+        out: &mut [u32],
+        width: usize,
+        mut stage: impl FnMut(usize, &mut [u32]),
+    ) -> (usize, usize) {
+        let mut staged = vec![0u32; 16 * width];
+        for p in 0..self.panels {
+            for g in 0..NR / 16 {
+                stage(self.first + p * NR + g * 16, &mut staged);
+                let rows: [&[u32]; 16] = std::array::from_fn(|i| &staged[i * width..]);
+                self.block_rows(out, p, g, &rows);
+            }
+        }
+        (self.panels, self.full)
+    }
+
+    /// Columns `16g..16g + 16` of panel `p` from 16 rows, over the whole 16-blocks of depth.
+    fn block_rows(&self, out: &mut [u32], p: usize, g: usize, rows: &[&[u32]; 16]) {
+        let panel = &mut out[p * self.depth * NR..(p + 1) * self.depth * NR];
+        for d0 in (0..self.full).step_by(16) {
+            let src: [*const u32; 16] = std::array::from_fn(|i| rows[i][d0..d0 + 16].as_ptr());
+            let dst = &mut panel[d0 * NR + g * 16..=(d0 + 15) * NR + g * 16 + 15];
+            // SAFETY: the packers run only inside the blocked op, built for CPUs with
+            // AVX-512F; every source holds 16 words (sliced above) and `dst` spans the 16
+            // strided destinations.
+            unsafe { super::kernels::transpose_16x16(&src, dst.as_mut_ptr(), NR) };
+        }
+    }
+}
+
+fn as_words(s: &[f32]) -> &[u32] {
+    // SAFETY: f32 and u32 have the same size and alignment; every bit pattern is a u32.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), s.len()) }
+}
+
+fn as_floats_mut(s: &mut [u32]) -> &mut [f32] {
+    // SAFETY: as `as_words`; every u32 bit pattern is a valid f32.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }
+}
+
+fn as_words_mut(s: &mut [f32]) -> &mut [u32] {
+    // SAFETY: as `as_words`; every u32 bit pattern is a valid f32.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), s.len()) }
+}
+
+/// Calls `fill(row, column in panel, panel, from)` for each weight row, to fill its column
+/// from depth `from` on, and zeroes the columns of the last panel past `feats.end`. A panel
+/// is `depth * NR` elements; `done = (panels, depth)`: the first `panels` panels already hold
+/// their first `depth` rows (the transposed blocks).
 fn for_panel_rows<T: Copy + Default>(
     feats: std::ops::Range<usize>,
     depth: usize,
     nr: usize,
     out: &mut [T],
-    mut fill: impl FnMut(usize, usize, &mut [T]),
+    done: (usize, usize),
+    mut fill: impl FnMut(usize, usize, &mut [T], usize),
 ) {
     for (p, first) in feats.clone().step_by(nr).enumerate() {
         let panel = &mut out[p * depth * nr..(p + 1) * depth * nr];
         let valid = nr.min(feats.end - first);
-        for col in 0..valid {
-            fill(first + col, col, panel);
+        let from = if p < done.0 { done.1 } else { 0 };
+        if from < depth {
+            for col in 0..valid {
+                fill(first + col, col, panel, from);
+            }
         }
         for col in valid..nr {
             for d in 0..depth {
@@ -125,9 +240,10 @@ fn for_panel_rows<T: Copy + Default>(
     }
 }
 
-fn scatter(src: &[f32], col: usize, panel: &mut [f32]) {
+/// `panel[(from + i) * NR + col] = src[i]`.
+fn scatter(src: &[f32], from: usize, col: usize, panel: &mut [f32]) {
     for (kk, &v) in src.iter().enumerate() {
-        panel[kk * NR + col] = v;
+        panel[(from + kk) * NR + col] = v;
     }
 }
 
