@@ -104,7 +104,7 @@ impl Context {
         let tokens = xn[1] * xn[2] * xn[3];
         let shapes_ok = k > 0
             && m > 0
-            && (kind != WeightKind::Q8_0 || k % q8_block() == 0)
+            && (kind != WeightKind::Q8_0 || k.is_multiple_of(q8_block()))
             && w2 == 1
             && w3 == 1
             && w.is_contiguous()

@@ -115,7 +115,7 @@ pub(super) fn panels_bf16(
             _ => None,
         }
     };
-    let aligned = kc % 2 == 0 && feats.clone().all(|r| pairs(r).is_some());
+    let aligned = kc.is_multiple_of(2) && feats.clone().all(|r| pairs(r).is_some());
     let done = FullPanels::new(&feats, kc2, out.len())
         .filter(|_| aligned)
         .map_or((0, 0), |fast| {
