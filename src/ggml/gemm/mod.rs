@@ -4,12 +4,14 @@
 //! Why it exists: ggml's CPU `mul_mat` (llamafile's tinyBLAS) forms each small output tile as
 //! dot products over whole rows, so both operands stream from L2/L3 for every tile; on
 //! PixArt XL's linears it reaches ~70 % of this CPU's FMA peak. Here the weight is packed
-//! into k-major panels of [`NR`] outputs and the activations into strips of [`MR`] tokens
-//! (the BLIS layout): a 6 × 64 register tile reads one strip from L1 and one panel from L2.
+//! into k-major panels of [`NR`] outputs (the BLIS layout) and a register tile of [`MR`]
+//! tokens × [`NR`] outputs reads a strip of six activation rows from L1 (in place for f32,
+//! else as packed rows) while one panel streams from L2.
 //!
 //! Weights: f32; f16 (widened to f32 while packing, activations stay f32, so the result is
 //! at least as exact as ggml's, which rounds the activations to f16); bf16 (activations
-//! rounded to bf16 as ggml does, products through `vdpbf16ps` as ggml's own bf16 path).
+//! rounded to bf16 as ggml does, products through `vdpbf16ps` as ggml's own bf16 path);
+//! q8_0 (`q8.rs`: activations quantized as ggml does, VNNI integer dot products).
 //! Any other case (types, layouts, CPUs without AVX-512, other architectures) returns `None`
 //! and the caller keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
 //! tiles.
@@ -33,8 +35,10 @@ use super::sys;
 use super::types::GgmlType;
 
 /// Tokens per register tile (rows of the output).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const MR: usize = 6;
 /// Outputs per register tile and weight panel (four 16-lane vectors).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const NR: usize = 64;
 
 /// Below this many tokens ggml's matrix-vector path is as good and packing is not repaid.
