@@ -300,6 +300,25 @@ impl<'l, 's> WeightBuilder<'l, 's> {
     pub fn source_ne(&self, name: &str) -> Option<Ne> {
         self.loader.source.tensor(&self.key(name)).map(|t| t.ne)
     }
+
+    /// The source shape of `name`, or an error naming it as missing from `origin` (what a
+    /// config detector reads its sizes from).
+    pub fn require_ne(&self, name: &str, origin: &str) -> Result<Ne, RunnerError> {
+        self.source_ne(name)
+            .ok_or_else(|| RunnerError::MissingTensor {
+                key: self.key(name),
+                origin: origin.into(),
+            })
+    }
+
+    /// An error saying why `name` in `origin` cannot be used.
+    pub fn bad_data(&self, name: &str, origin: &str, reason: String) -> RunnerError {
+        RunnerError::BadData {
+            key: self.key(name),
+            origin: origin.into(),
+            reason,
+        }
+    }
 }
 
 /// A model's weights, in one backend buffer (or one host buffer when offloaded).

@@ -45,13 +45,7 @@ impl QwenImage21Config {
     /// not stored in the weights: [16, 56, 56] for the released head size 128, else
     /// [`default_axes_dims`].
     pub fn detect(wb: &WeightBuilder<'_, '_>) -> Result<Self, RunnerError> {
-        let need = |name: &str| {
-            wb.source_ne(name)
-                .ok_or_else(|| RunnerError::MissingTensor {
-                    key: wb.key(name),
-                    origin: "Qwen Image 2.1 transformer weights".into(),
-                })
-        };
+        let need = |name: &str| wb.require_ne(name, "Qwen Image 2.1 transformer weights");
         let img_in = need("img_in.weight")?;
         let (in_channels, hidden_size) = (img_in[0], img_in[1]);
         let out_channels = need("proj_out.weight")?[1];

@@ -36,18 +36,8 @@ impl Qwen3Config {
         rope_theta: Option<f32>,
         eps: Option<f32>,
     ) -> Result<Self, RunnerError> {
-        let shape = |name: &str| {
-            wb.source_ne(name)
-                .ok_or_else(|| RunnerError::MissingTensor {
-                    key: wb.key(name),
-                    origin: ORIGIN.into(),
-                })
-        };
-        let bad = |name: &str, reason: String| RunnerError::BadData {
-            key: wb.key(name),
-            origin: ORIGIN.into(),
-            reason,
-        };
+        let shape = |name: &str| wb.require_ne(name, ORIGIN);
+        let bad = |name: &str, reason: String| wb.bad_data(name, ORIGIN, reason);
         let [hidden, vocab, ..] = shape("embed_tokens.weight")?;
         let attn = "layers.0.self_attn";
         let qn_key = format!("{attn}.q_norm.weight");

@@ -135,18 +135,8 @@ impl Qwen3VlVisionConfig {
     /// indices, the released layouts are recognised by depth (24 blocks → [5, 11, 17], 27 →
     /// [8, 16, 24]); anything else needs a config.json or GGUF metadata.
     pub fn detect(wb: &WeightBuilder<'_, '_>, hp: &VisionHparams) -> Result<Self, RunnerError> {
-        let shape = |name: &str| {
-            wb.source_ne(name)
-                .ok_or_else(|| RunnerError::MissingTensor {
-                    key: wb.key(name),
-                    origin: ORIGIN.into(),
-                })
-        };
-        let bad = |name: &str, reason: String| RunnerError::BadData {
-            key: wb.key(name),
-            origin: ORIGIN.into(),
-            reason,
-        };
+        let shape = |name: &str| wb.require_ne(name, ORIGIN);
+        let bad = |name: &str, reason: String| wb.bad_data(name, ORIGIN, reason);
         let [hidden, positions, ..] = shape("pos_embed.weight")?;
         let side = (positions as f64).sqrt().round() as usize;
         if hidden == 0 || side * side != positions {

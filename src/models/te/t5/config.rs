@@ -40,18 +40,8 @@ impl T5Config {
     /// [heads, buckets], `q.weight` [d_model, inner], `wi_0.weight` [d_model, d_ff]; the layer
     /// count is the number of consecutive `encoder.block.{i}` present.
     pub fn detect(wb: &WeightBuilder<'_, '_>) -> Result<Self, RunnerError> {
-        let shape = |name: &str| {
-            wb.source_ne(name)
-                .ok_or_else(|| RunnerError::MissingTensor {
-                    key: wb.key(name),
-                    origin: ORIGIN.into(),
-                })
-        };
-        let bad = |name: &str, reason: String| RunnerError::BadData {
-            key: wb.key(name),
-            origin: ORIGIN.into(),
-            reason,
-        };
+        let shape = |name: &str| wb.require_ne(name, ORIGIN);
+        let bad = |name: &str, reason: String| wb.bad_data(name, ORIGIN, reason);
 
         let embed_key = EMBED_KEYS
             .iter()

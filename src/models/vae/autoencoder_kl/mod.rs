@@ -133,13 +133,7 @@ impl AutoencoderKlConfig {
         }
         let names = Names { layout, levels };
 
-        let ne = |key: String| {
-            wb.source_ne(&key)
-                .ok_or_else(|| RunnerError::MissingTensor {
-                    key: wb.key(&key),
-                    origin: "VAE weights".into(),
-                })
-        };
+        let ne = |key: String| wb.require_ne(&key, "VAE weights");
         let mut block_out_channels = Vec::with_capacity(levels);
         for level in 0..levels {
             let resnet = if decoder {
