@@ -15,17 +15,16 @@ use std::process::{Command, Output};
 
 use common::*;
 use sd_cli::app::BackendPlan;
-use sd_cli::ggml::GgmlType;
 use sd_cli::image_io::{read_png, Image};
 use sd_cli::models::vae::tiling::Planar;
 use sd_cli::pipeline::qwen_image_2_1::{
-    schedule_options, EditInputs, QwenImage21Load, QwenImage21Pipeline, QwenImage21Request,
-    DEFAULT_SAMPLER, DEFAULT_SCHEDULE,
+    schedule_options, EditInputs, QwenImage21Pipeline, QwenImage21Request, DEFAULT_SAMPLER,
+    DEFAULT_SCHEDULE,
 };
 use sd_cli::rng::RngKind;
 use sd_cli::runner::HostTensor;
 use sd_cli::sampling::SamplingPlan;
-use sd_cli::weights::{Component, TensorStore};
+use sd_cli::weights::TensorStore;
 
 const PROMPT: &str = "change 'qwen2.1.cpp' to 'sd.cpp'";
 const NEGATIVE: &str = "blurry, low quality";
@@ -39,42 +38,15 @@ fn dir() -> PathBuf {
 }
 
 fn store(vision: bool) -> TensorStore {
-    let d = dir();
-    let mut s = TensorStore::new();
-    s.add_file(
-        &d.join("diffusion_model.safetensors"),
-        Component::Diffusion.prefix(),
-    )
-    .unwrap();
-    s.add_file(&d.join("llm.safetensors"), Component::Llm.prefix())
-        .unwrap();
-    if vision {
-        s.add_file(&d.join("llm_vision"), Component::Llm.prefix())
-            .unwrap();
-    }
-    s.add_file(&d.join("vae.safetensors"), Component::Vae.prefix())
-        .unwrap();
-    s
+    qwen_store(&dir(), vision)
 }
 
 fn load(store: &TensorStore, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
-    let llm = dir().join("llm.safetensors");
-    let vision = dir().join("llm_vision");
-    QwenImage21Pipeline::load(&QwenImage21Load {
-        store,
-        llm_path: Some(&llm),
-        tokenizer_path: None,
-        wtype: None,
-        flash_attn: false,
-        backends: plan,
-        memory: sd_cli::runner::MemoryOptions::default(),
-        prefix_cache: cache,
-        prefix_cache_type: GgmlType::F32,
-        need_encoder: true,
-        need_vision: true,
-        vision_path: Some(&vision),
-    })
-    .expect("pipeline loads")
+    let parts = QwenParts {
+        encoder: true,
+        vision: true,
+    };
+    qwen_pipeline(&dir(), store, plan, cache, parts)
 }
 
 fn refs(files: &[&str]) -> Vec<Image> {
@@ -324,22 +296,11 @@ fn mmproj_gguf_vision_weights_give_the_same_image() {
 fn init_image_strength_one_equals_text_to_image() {
     let s = store(false);
     let backends = BackendPlan::cpu(2);
-    let llm = dir().join("llm.safetensors");
-    let pipe = QwenImage21Pipeline::load(&QwenImage21Load {
-        store: &s,
-        llm_path: Some(&llm),
-        tokenizer_path: None,
-        wtype: None,
-        flash_attn: false,
-        backends: &backends,
-        memory: sd_cli::runner::MemoryOptions::default(),
-        prefix_cache: true,
-        prefix_cache_type: GgmlType::F32,
-        need_encoder: true,
-        need_vision: false,
-        vision_path: None,
-    })
-    .unwrap();
+    let parts = QwenParts {
+        encoder: true,
+        vision: false,
+    };
+    let pipe = qwen_pipeline(&dir(), &s, &backends, true, parts);
     let init = read_png(&dir().join("ref_rgb.png")).unwrap();
     let prepared = sd_cli::pipeline::qwen_image_2_1::prepare_reference(&init, 96, 64).unwrap();
     let x = Planar::new(96, 64, 4, prepared.vae_input).unwrap();

@@ -12,11 +12,9 @@ use std::process::{Command, Output};
 
 use common::*;
 use sd_cli::app::BackendPlan;
-use sd_cli::ggml::GgmlType;
 use sd_cli::image_io::read_png;
 use sd_cli::pipeline::qwen_image_2_1::{
-    schedule_options, QwenImage21Load, QwenImage21Pipeline, QwenImage21Request, DEFAULT_SAMPLER,
-    DEFAULT_SCHEDULE,
+    schedule_options, QwenImage21Pipeline, QwenImage21Request, DEFAULT_SAMPLER, DEFAULT_SCHEDULE,
 };
 use sd_cli::rng::RngKind;
 use sd_cli::runner::HostTensor;
@@ -31,37 +29,15 @@ fn dir() -> PathBuf {
 }
 
 fn store() -> TensorStore {
-    let d = dir();
-    let mut s = TensorStore::new();
-    s.add_file(
-        &d.join("diffusion_model.safetensors"),
-        Component::Diffusion.prefix(),
-    )
-    .unwrap();
-    s.add_file(&d.join("llm.safetensors"), Component::Llm.prefix())
-        .unwrap();
-    s.add_file(&d.join("vae.safetensors"), Component::Vae.prefix())
-        .unwrap();
-    s
+    qwen_store(&dir(), false)
 }
 
 fn load(store: &TensorStore, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
-    let llm = dir().join("llm.safetensors");
-    QwenImage21Pipeline::load(&QwenImage21Load {
-        store,
-        llm_path: Some(&llm),
-        tokenizer_path: None,
-        wtype: None,
-        flash_attn: false,
-        backends: plan,
-        memory: sd_cli::runner::MemoryOptions::default(),
-        prefix_cache: cache,
-        prefix_cache_type: GgmlType::F32,
-        need_encoder: false,
-        need_vision: false,
-        vision_path: None,
-    })
-    .expect("pipeline loads")
+    let parts = QwenParts {
+        encoder: false,
+        vision: false,
+    };
+    qwen_pipeline(&dir(), store, plan, cache, parts)
 }
 
 fn sample_plan() -> SamplingPlan {

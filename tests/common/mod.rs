@@ -2,6 +2,11 @@
 //! comparing against reference outputs with a stated tolerance.
 #![allow(dead_code)]
 
+mod qwen_fixture;
+// Not every test binary loads the Qwen fixtures.
+#[allow(unused_imports)]
+pub use qwen_fixture::{qwen_pipeline, qwen_store, QwenParts};
+
 use std::path::PathBuf;
 use std::rc::Rc;
 
