@@ -23,7 +23,7 @@ pub use arena::{Arena, ReplicaId};
 pub use backend::{list_devices, Backend, BackendChoice, Buffer, DeviceInfo, DeviceKind, Gallocr};
 pub use context::{Context, Ne, Tensor};
 pub use error::GgmlError;
-pub use gemm::blocked_gemm_available;
+pub use gemm::{blocked_gemm_available, BlockedOp};
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;
 pub use logging::set_verbose;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::ggml::{Backend, GgmlError, Graph, SubGraph, Tensor};
+use crate::ggml::{Backend, BlockedOp, GgmlError, Graph, SubGraph, Tensor};
 
 /// Whether `SD_CLI_PROFILE` asks for profiles.
 pub(crate) fn enabled() -> bool {
@@ -15,8 +15,8 @@ pub(crate) fn enabled() -> bool {
 
 fn key(node: Tensor<'_>) -> String {
     let op = node.op_name();
-    match (op.as_str(), node.src(0), node.src(1)) {
-        ("MUL_MAT", Some(a), Some(b)) => format!(
+    match (BlockedOp::of(node), op.as_str(), node.src(0), node.src(1)) {
+        (None, "MUL_MAT", Some(a), Some(b)) => format!(
             "MUL_MAT {} {:?} x {} {:?}{}",
             a.ty(),
             a.ne(),
@@ -24,21 +24,14 @@ fn key(node: Tensor<'_>) -> String {
             b.ne(),
             if b.is_contiguous() { "" } else { " (strided)" }
         ),
-        // The blocked weight-product kernels (`ggml::gemm`) are ggml custom ops.
-        // Attention nodes have q, k and v; weight products a weight, an input and a bias.
-        ("CUSTOM", Some(q), Some(_))
-            if node
-                .src(2)
-                .is_some_and(|v| v.ne() == node.src(1).map_or([0; 4], |k| k.ne())) =>
-        {
-            format!("BLOCKED_ATTENTION q {:?}", q.ne())
-        }
-        ("CUSTOM", Some(b), Some(a)) => format!(
+        // The blocked kernels (`ggml::gemm`) are ggml custom ops.
+        (Some(BlockedOp::Attention), _, Some(q), _) => format!("BLOCKED_ATTENTION q {:?}", q.ne()),
+        (Some(BlockedOp::Linear), _, Some(x), Some(w)) => format!(
             "BLOCKED_GEMM {} {:?} x {} {:?}",
-            a.ty(),
-            a.ne(),
-            b.ty(),
-            b.ne()
+            w.ty(),
+            w.ne(),
+            x.ty(),
+            x.ne()
         ),
         _ => op,
     }

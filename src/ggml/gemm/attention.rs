@@ -110,12 +110,19 @@ struct Heads<'a> {
     n_kv: usize,
     batch: usize,
     scale: f32,
+    /// How V's head columns are split into panels (the same for every head).
+    v_panels: Vec<VPanel>,
 }
 
 /// # Safety
 /// `dst` is a node built by [`Context::blocked_attention`], its sources allocated in host
 /// memory, on a CPU with AVX-512F.
-unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+pub(super) unsafe extern "C" fn compute(
+    dst: *mut sys::ggml_tensor,
+    ith: c_int,
+    nth: c_int,
+    _: *mut c_void,
+) {
     // SAFETY: the contract above; the slices cover exactly the checked shapes.
     let job = unsafe {
         let d = &*dst;
@@ -136,6 +143,7 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
             n_kv,
             batch,
             scale: f32::from_bits(d.op_params[PARAM_SCALE] as u32),
+            v_panels: v_panels(dim / heads.max(1)),
         }
     };
     job.run(ith.max(0) as usize, nth.max(1) as usize);
@@ -179,10 +187,9 @@ impl Heads<'_> {
         };
         let k_len = self.n_kv.div_ceil(NR) * self.hd * NR;
         pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len));
-        let panels = v_panels(self.hd);
-        let total = panels.iter().map(|p| p.width).sum::<usize>() * self.n_kv;
+        let total = self.v_panels.iter().map(|p| p.width).sum::<usize>() * self.n_kv;
         let v = s.v.f32s(total);
-        for p in &panels {
+        for p in &self.v_panels {
             let out = &mut v[p.offset(self.n_kv)..][..p.width * self.n_kv];
             let cols = (h * self.hd + p.c0, p.cols, p.width);
             pack::panel_of_columns(&self.v[kv.clone()], self.dim, self.n_kv, cols, out);
@@ -193,7 +200,6 @@ impl Heads<'_> {
         let ld = self.n_kv.next_multiple_of(16);
         let scores = s.s.f32s(rows.len() * ld).as_mut_ptr();
         let k_panels = self.n_kv.div_ceil(NR);
-        let v_panels = v_panels(self.hd);
         for r0 in rows.clone().step_by(MR) {
             let n_rows = MR.min(rows.end - r0);
             let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
@@ -229,7 +235,7 @@ impl Heads<'_> {
                     kernels::softmax_row(s_row.wrapping_add(r * ld), mask, self.n_kv, self.scale)
                 };
             }
-            for p in &v_panels {
+            for p in &self.v_panels {
                 let tile = Tile {
                     c: self
                         .out

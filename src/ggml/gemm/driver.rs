@@ -22,11 +22,7 @@ const FC: usize = 4 * NR;
 
 /// One product as the node describes it: y[n][m] = Σ_k x[n][k] · w[m][k] (+ bias[m]).
 struct Product<'a> {
-    kind: WeightKind,
-    w_f32: &'a [f32],
-    w_u16: &'a [u16],
-    /// q8_0 rows as ggml stores them (blocks of an f16 scale and 32 bytes).
-    w_q8: &'a [u8],
+    w: Weights<'a>,
     x: &'a [f32],
     bias: Option<&'a [f32]>,
     y: *mut f32,
@@ -65,21 +61,17 @@ impl Product<'_> {
         let n = (x.ne[1] * x.ne[2] * x.ne[3]) as usize;
         // SAFETY: contiguous allocated tensors of these element counts and types.
         unsafe {
-            let (w_f32, w_u16, w_q8): (&[f32], &[u16], &[u8]) = match kind {
-                WeightKind::F32 => (std::slice::from_raw_parts(w.data.cast(), k * m), &[], &[]),
-                WeightKind::F16 | WeightKind::Bf16 => {
-                    (&[], std::slice::from_raw_parts(w.data.cast(), k * m), &[])
-                }
+            let w = match kind {
+                WeightKind::F32 => Weights::F32(std::slice::from_raw_parts(w.data.cast(), k * m)),
+                WeightKind::F16 => Weights::F16(std::slice::from_raw_parts(w.data.cast(), k * m)),
+                WeightKind::Bf16 => Weights::Bf16(std::slice::from_raw_parts(w.data.cast(), k * m)),
                 WeightKind::Q8_0 => {
                     let bytes = m * (k / q8::QK) * 34;
-                    (&[], &[], std::slice::from_raw_parts(w.data.cast(), bytes))
+                    Weights::Q8_0(std::slice::from_raw_parts(w.data.cast(), bytes))
                 }
             };
             Some(Self {
-                kind,
-                w_f32,
-                w_u16,
-                w_q8,
+                w,
                 x: std::slice::from_raw_parts(x.data.cast(), k * n),
                 bias: (!b.is_null()).then(|| std::slice::from_raw_parts((*b).data.cast(), m)),
                 y: dst.data.cast(),
@@ -95,7 +87,7 @@ impl Product<'_> {
             return;
         };
         // k-blocks of whole bf16 pairs / q8_0 blocks; q8_0 packs 1.25 bytes per weight.
-        let (kc_max, unit) = match self.kind {
+        let (kc_max, unit) = match self.w.kind() {
             WeightKind::Bf16 => (2 * DEPTH_MAX, 2),
             WeightKind::Q8_0 => (2 * DEPTH_MAX, q8::QK),
             _ => (DEPTH_MAX, 2),
@@ -111,7 +103,7 @@ impl Product<'_> {
                 let chunk = r0..(r0 + ROW_CHUNK).min(rows.end);
                 for k0 in (0..self.k).step_by(step) {
                     let kc = step.min(self.k - k0);
-                    if self.kind == WeightKind::Q8_0 {
+                    if self.w.kind() == WeightKind::Q8_0 {
                         self.k_block_q8(&chunk, &feats, k0, kc, s);
                     } else {
                         self.k_block(&chunk, &feats, k0, kc, s);
@@ -137,42 +129,31 @@ impl Product<'_> {
             k: self.k,
         };
         // Elements per strip and per panel in the packed buffers.
-        let depth = match self.kind {
+        let depth = match self.w.kind() {
             WeightKind::Bf16 => kc.div_ceil(2),
             _ => kc,
         };
         // bf16 products read the activations as rounded k-pairs; f32 ones read them in place.
-        if self.kind == WeightKind::Bf16 {
+        if self.w.kind() == WeightKind::Bf16 {
             pack::rows_bf16(&x, rows.clone(), k0, kc, s.x.u32s(rows.len() * depth));
         }
         for f in feats.clone().step_by(FC) {
             let chunk = f..(f + FC).min(feats.end);
             let panels = chunk.len().div_ceil(NR);
             let len = panels * depth * NR;
-            match self.kind {
-                WeightKind::F32 => {
-                    let w = Rows {
-                        data: self.w_f32,
-                        k: self.k,
-                    };
-                    pack::panels_f32(&w, chunk.clone(), k0, kc, s.w.f32s(len));
+            let k = self.k;
+            match self.w {
+                Weights::F32(data) => {
+                    pack::panels_f32(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
                 }
-                WeightKind::F16 => {
-                    let w = Rows {
-                        data: self.w_u16,
-                        k: self.k,
-                    };
-                    pack::panels_f16(&w, chunk.clone(), k0, kc, s.w.f32s(len));
+                Weights::F16(data) => {
+                    pack::panels_f16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
                 }
-                WeightKind::Bf16 => {
-                    let w = Rows {
-                        data: self.w_u16,
-                        k: self.k,
-                    };
-                    pack::panels_bf16(&w, chunk.clone(), k0, kc, s.w.u32s(len));
+                Weights::Bf16(data) => {
+                    pack::panels_bf16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.u32s(len))
                 }
                 // Its own k-blocks: `k_block_q8`.
-                WeightKind::Q8_0 => return,
+                Weights::Q8_0(_) => return,
             }
             for strip in 0..strips {
                 let r0 = rows.start + strip * MR;
@@ -194,7 +175,7 @@ impl Product<'_> {
                     // kernel's instructions; the strip's rows and the panel hold `depth`
                     // elements each; the tile lies inside this thread's part of the output.
                     unsafe {
-                        match self.kind {
+                        match self.w.kind() {
                             WeightKind::Bf16 => super::kernels::tile_bf16(
                                 depth,
                                 s.x.u32s_ro((r0 - rows.start) * depth),
@@ -227,6 +208,9 @@ impl Product<'_> {
         kc: usize,
         s: &mut Scratch,
     ) {
+        let Weights::Q8_0(bytes) = self.w else {
+            return;
+        };
         let (b0, nb) = (k0 / q8::QK, kc / q8::QK);
         let last = k0 + kc == self.k;
         let x = Rows {
@@ -240,7 +224,7 @@ impl Product<'_> {
             let panels = chunk.len().div_ceil(q8::NR8);
             let panel_words = nb * q8::PANEL_BLOCK_WORDS;
             let w = s.w.u32s(panels * panel_words);
-            q8::pack_panels(self.w_q8, self.k, chunk.clone(), b0, nb, w);
+            q8::pack_panels(bytes, self.k, chunk.clone(), b0, nb, w);
             for r0 in rows.clone().step_by(MR) {
                 let i = r0 - rows.start;
                 for p in 0..panels {
@@ -272,6 +256,29 @@ impl Product<'_> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The weight's elements, by type.
+#[derive(Clone, Copy)]
+enum Weights<'a> {
+    F32(&'a [f32]),
+    /// f16 bits.
+    F16(&'a [u16]),
+    /// bf16 bits.
+    Bf16(&'a [u16]),
+    /// q8_0 rows as ggml stores them (blocks of an f16 scale and 32 bytes).
+    Q8_0(&'a [u8]),
+}
+
+impl Weights<'_> {
+    fn kind(&self) -> WeightKind {
+        match self {
+            Self::F32(_) => WeightKind::F32,
+            Self::F16(_) => WeightKind::F16,
+            Self::Bf16(_) => WeightKind::Bf16,
+            Self::Q8_0(_) => WeightKind::Q8_0,
         }
     }
 }

@@ -85,6 +85,45 @@ impl WeightKind {
     }
 }
 
+/// The blocked custom ops, as a graph node can be one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockedOp {
+    /// [`Context::blocked_linear`] (sources: activations, weight, bias).
+    Linear,
+    /// [`Context::blocked_attention`] (sources: q, k, v, mask).
+    Attention,
+}
+
+impl BlockedOp {
+    /// Which blocked op `t` is, told by the function its custom-op parameters hold.
+    pub fn of(t: Tensor<'_>) -> Option<Self> {
+        if t.op_name() != "CUSTOM" {
+            return None;
+        }
+        // SAFETY: a live tensor; a custom op's parameters start with its function pointer.
+        let fun = unsafe {
+            std::ptr::read_unaligned(
+                (*t.raw())
+                    .op_params
+                    .as_ptr()
+                    .cast::<sys::ggml_custom_op_t>(),
+            )
+        }?;
+        let fun = fun as *const ();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if fun == driver::compute as *const () {
+                return Some(Self::Linear);
+            }
+            if fun == attention::compute as *const () {
+                return Some(Self::Attention);
+            }
+        }
+        let _ = fun;
+        None
+    }
+}
+
 /// Whether [`Context::blocked_linear`] can take a weight of type `ty` on this CPU.
 pub fn blocked_gemm_available(ty: GgmlType) -> bool {
     WeightKind::of(ty).is_some_and(WeightKind::supported)
@@ -122,7 +161,6 @@ impl Context {
         if !shapes_ok {
             return None;
         }
-        debug_assert!(blocked_gemm_available(w.ty()) && kind.supported());
         // Activations first: ggml orders a graph by visiting sources in order, so a weight
         // view (a reshaped conv kernel, a slice of a fused weight) listed first would be
         // scheduled before everything the activations depend on, into an early graph-cut

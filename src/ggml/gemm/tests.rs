@@ -93,6 +93,11 @@ fn run(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: u
     assert_eq!(blocked.ne(), [m, xne[0], xne[1], xne[2]]);
     let plain = ctx.mul_mat(wt, xt);
     let plain = if bias { ctx.add(plain, bt) } else { plain };
+    assert_eq!(
+        super::BlockedOp::of(blocked),
+        Some(super::BlockedOp::Linear)
+    );
+    assert_eq!(super::BlockedOp::of(plain), None);
     graph.expand(blocked);
     graph.expand(plain);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
@@ -378,6 +383,7 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
     let out = ctx
         .blocked_attention(arena.get(qi), arena.get(ki), arena.get(vi), heads, m, scale)
         .expect("the blocked attention takes these shapes");
+    assert_eq!(super::BlockedOp::of(out), Some(super::BlockedOp::Attention));
     graph.expand(out);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
     galloc.alloc(&graph).expect("alloc graph");
