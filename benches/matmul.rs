@@ -9,7 +9,8 @@
 use std::process::Command;
 use std::time::Instant;
 
-use sd_cli::ggml::{blocked_gemm_available, Arena, Backend, Context, Gallocr, GgmlType, Graph};
+use sd_cli::dtype::DType;
+use sd_cli::ggml::{blocked_gemm_available, Arena, Backend, Context, Gallocr, Graph};
 use sd_cli::runner::convert_f32;
 
 /// PixArt's FFN up-projection by default; `--k` and `--m` pick another weight shape.
@@ -39,7 +40,7 @@ fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
 
 /// Times only the graph compute (weights and input already on the backend).
 fn bench_ggml(
-    ty: GgmlType,
+    ty: DType,
     blocked: bool,
     (k, m): (usize, usize),
     tokens: usize,
@@ -50,7 +51,7 @@ fn bench_ggml(
     let mut weights = Arena::new(2).expect("arena");
     let w = weights.add(ty, [k, m, 1, 1], "w").expect("room");
     let x = weights
-        .add(GgmlType::F32, [k, tokens, 1, 1], "x")
+        .add(DType::F32, [k, tokens, 1, 1], "x")
         .expect("room");
     let _buf = backend
         .alloc_context(weights.context(), "bench")
@@ -123,15 +124,12 @@ fn main() {
     } else {
         println!("torch  (python3 with torch not available: no reference in this run)");
     }
-    let mut runs: Vec<(GgmlType, bool)> =
-        [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0]
-            .into_iter()
-            .filter(|&ty| blocked_gemm_available(ty))
-            .map(|ty| (ty, true))
-            .collect();
-    runs.extend(
-        [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0].map(|ty| (ty, false)),
-    );
+    let mut runs: Vec<(DType, bool)> = [DType::F32, DType::F16, DType::BF16, DType::Q8_0]
+        .into_iter()
+        .filter(|&ty| blocked_gemm_available(ty))
+        .map(|ty| (ty, true))
+        .collect();
+    runs.extend([DType::F32, DType::F16, DType::BF16, DType::Q8_0].map(|ty| (ty, false)));
     for (ty, blocked) in runs {
         let g = bench_ggml(ty, blocked, shape, tokens, threads, reps);
         let who = if blocked { "blocked" } else { "ggml" };

@@ -12,7 +12,8 @@ use std::process::Command;
 use std::rc::Rc;
 use std::time::Instant;
 
-use sd_cli::ggml::{Backend, GgmlType};
+use sd_cli::dtype::DType;
+use sd_cli::ggml::Backend;
 use sd_cli::models::dit::pixart::{PixArt, PixArtConfig, PixArtInputs, PosEmbedParams};
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::weights::TensorStore;
@@ -55,7 +56,7 @@ fn run_variant(dir: &Path, variant: &str, threads: usize) {
     let wtype = if ty == "f32" {
         None
     } else {
-        GgmlType::from_name(ty)
+        DType::from_name(ty)
     };
     let store = TensorStore::open(dir).expect("weights");
     let backend = Rc::new(Backend::cpu(threads).expect("cpu"));

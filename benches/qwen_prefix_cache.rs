@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Instant;
 
-use sd_cli::ggml::{Backend, GgmlType, Ne};
+use sd_cli::dtype::DType;
+use sd_cli::ggml::{Backend, Ne};
 use sd_cli::models::dit::qwen_image_2_1::{
     Condition, PrefixCache, PrefixLayout, QwenImage21, QwenImage21Config,
 };
@@ -92,14 +93,14 @@ impl WeightSource for RandomSource {
             .bytes()
             .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
         let n: usize = ne.iter().product();
-        let (ty, bytes): (GgmlType, Vec<u8>) = if ne[1] == 1 {
+        let (ty, bytes): (DType, Vec<u8>) = if ne[1] == 1 {
             let v = pseudo_random(n, seed, 0.1).map(|x| 1.0 + x);
-            (GgmlType::F32, v.flat_map(f32::to_le_bytes).collect())
+            (DType::F32, v.flat_map(f32::to_le_bytes).collect())
         } else {
             let amp = (3.0 / ne[0] as f32).sqrt();
             let v = pseudo_random(n, seed, amp);
             (
-                GgmlType::F16,
+                DType::F16,
                 v.flat_map(|x| half::f16::from_f32(x).to_le_bytes())
                     .collect(),
             )
@@ -110,7 +111,7 @@ impl WeightSource for RandomSource {
             ggml_type: Some(ty),
             bytes: Cow::Owned(bytes),
             to_f32: Box::new(move |b: &[u8]| {
-                Ok(if ty == GgmlType::F32 {
+                Ok(if ty == DType::F32 {
                     b.chunks_exact(4)
                         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                         .collect()
@@ -154,7 +155,7 @@ struct Opts {
     threads: usize,
     reps: usize,
     flash_attn: bool,
-    cache_type: GgmlType,
+    cache_type: DType,
     only_reuse: bool,
     /// Editing layout: 32 text tokens around one reference image of `tokens` latent tokens
     /// (instead of `tokens` text tokens).
@@ -307,7 +308,7 @@ fn main() {
         threads: num("--threads", 2),
         reps: num("--reps", 2).max(1),
         flash_attn: std::env::args().any(|a| a == "--fa"),
-        cache_type: GgmlType::from_name(&arg("--cache-type", "f32")).expect("a ggml type name"),
+        cache_type: DType::from_name(&arg("--cache-type", "f32")).expect("a ggml type name"),
         // `--only reuse` (for profiling) runs the cached step alone.
         only_reuse: arg("--only", "") == "reuse",
         edit: std::env::args().any(|a| a == "--edit"),

@@ -15,6 +15,7 @@ extern crate llama_cpp_sys_2;
 
 pub mod app;
 pub mod cli;
+pub mod dtype;
 pub mod error;
 #[allow(unsafe_code)]
 pub mod ggml;

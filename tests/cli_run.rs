@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use sd_cli::dtype::DType;
 use sd_cli::image_io::{write_generation_png, Channels, GenerationParams, Image};
 use sd_cli::weights::safetensors::{write_safetensors, SafetensorsItem};
-use sd_cli::weights::{DType, TensorStore};
+use sd_cli::weights::TensorStore;
 
 fn sd_cli(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sd-cli"))
@@ -88,7 +89,7 @@ fn convert_to_q8_0_round_trips() {
     assert_eq!(wi.dtype, DType::Q8_0);
     assert_eq!(wi.shape(), &[64, 8]);
     let raw = store.load_bytes(wi).unwrap();
-    let back = sd_cli::ggml::dequantize_rows(sd_cli::ggml::GgmlType::Q8_0, &raw, 64).unwrap();
+    let back = sd_cli::ggml::dequantize_rows(sd_cli::dtype::DType::Q8_0, &raw, 64).unwrap();
     let max = w.iter().fold(0f32, |m, v| m.max(v.abs()));
     let err = back
         .iter()

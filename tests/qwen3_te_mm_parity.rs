@@ -282,7 +282,8 @@ fn mismatched_vision_inputs_are_errors() {
 
 #[test]
 fn mrope_section_from_gguf_metadata() {
-    use sd_cli::weights::{DType, GgufType, GgufValue, GgufWriter};
+    use sd_cli::dtype::DType;
+    use sd_cli::weights::{GgufType, GgufValue, GgufWriter};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sections.gguf");
     let mut w = GgufWriter::new();

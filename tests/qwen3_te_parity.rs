@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use common::*;
-use sd_cli::ggml::GgmlType;
+use sd_cli::dtype::DType;
 use sd_cli::models::te::qwen3::{
     self, qwen3_hparams, qwen3_llamacpp_to_hf, Qwen3Config, Qwen3Source, Qwen3TextModel,
 };
@@ -24,7 +24,7 @@ use sd_cli::runner::{convert_f32, HostTensor, RunOptions, Runner, WeightLoader};
 use sd_cli::tokenizers::{
     bpe_from_gguf_metadata, load_qwen_tokenizer, qwen_image_21_prompt_ids, BpeTokenizer,
 };
-use sd_cli::weights::{Component, DType, GgufType, GgufValue, GgufWriter, TensorStore};
+use sd_cli::weights::{Component, GgufType, GgufValue, GgufWriter, TensorStore};
 
 const TOL: f32 = 1e-4;
 const CASES: [&str; 3] = ["cat", "empty", "mixed"];
@@ -65,7 +65,7 @@ struct Loaded {
     runner: Runner,
 }
 
-fn load(store: &TensorStore, prefix: &str, wtype: Option<GgmlType>, flash: bool) -> Loaded {
+fn load(store: &TensorStore, prefix: &str, wtype: Option<DType>, flash: bool) -> Loaded {
     let backend = cpu();
     let source = Qwen3Source::new(store, prefix);
     let loader = WeightLoader::new(&source, wtype);
@@ -317,7 +317,7 @@ fn write_gguf(path: &Path, theta: f32, quantize: bool) {
         let (dtype, bytes) = if quantize && info.n_dims == 2 && info.ne[0].is_multiple_of(32) {
             (
                 DType::Q8_0,
-                convert_f32(&values, GgmlType::Q8_0, info.ne[0]).unwrap(),
+                convert_f32(&values, DType::Q8_0, info.ne[0]).unwrap(),
             )
         } else {
             (DType::F32, store.load_bytes(info).unwrap().into_owned())

@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use sd_cli::ggml::GgmlType;
+use sd_cli::dtype::DType;
 use sd_cli::models::dit::qwen_image_2_1::{
     cache_names, KvMode, PrefixCache, PrefixCacheError, QwenImage21, QwenImage21Config,
     QwenImage21Inputs,
@@ -34,7 +34,7 @@ fn load_typed(
     file: &str,
     prefix: &str,
     options: RunOptions,
-    wtype: Option<GgmlType>,
+    wtype: Option<DType>,
 ) -> (QwenImage21, Runner) {
     let backend = cpu();
     let store = open_fixture(file);
@@ -106,7 +106,7 @@ fn try_run(
 /// A cache entry read back as f32.
 fn cache_entry(runner: &Runner, name: &str) -> HostTensor {
     runner
-        .compute(|g| vec![g.scale(g.cast(g.cache_get(name).unwrap(), GgmlType::F32), 1.0)])
+        .compute(|g| vec![g.scale(g.cast(g.cache_get(name).unwrap(), DType::F32), 1.0)])
         .unwrap()
         .remove(0)
 }
@@ -189,7 +189,7 @@ fn flash_attention_close() {
 }
 
 /// Store, then reuse at a different timestep; `tol_full` bounds both against Full.
-fn cache_round_trip(ty: GgmlType, tol_full: f32) {
+fn cache_round_trip(ty: DType, tol_full: f32) {
     let (m, r) = model();
     let store = cases();
     for name in ["b1", "b2"] {
@@ -221,7 +221,7 @@ fn cache_round_trip(ty: GgmlType, tol_full: f32) {
         later.t = later.t.iter().map(|t| t * 0.5 + 0.1).collect();
         let full = run(&m, &r, &later, KvMode::Full);
         let reused = run(&m, &r, &later, KvMode::Reuse { key: &key });
-        let tol = if ty == GgmlType::F32 { 1e-5 } else { tol_full };
+        let tol = if ty == DType::F32 { 1e-5 } else { tol_full };
         assert_close(&format!("{name} {ty} reuse vs full"), &reused, &full, tol);
         // A Reuse call must not recompute (or need) the text.
         let no_text = {
@@ -259,17 +259,17 @@ fn cache_round_trip(ty: GgmlType, tol_full: f32) {
 
 #[test]
 fn prefix_cache_f32() {
-    cache_round_trip(GgmlType::F32, TOL);
+    cache_round_trip(DType::F32, TOL);
 }
 
 #[test]
 fn prefix_cache_f16() {
-    cache_round_trip(GgmlType::F16, 5e-4);
+    cache_round_trip(DType::F16, 5e-4);
 }
 
 #[test]
 fn prefix_cache_q8_0() {
-    cache_round_trip(GgmlType::Q8_0, 3e-3);
+    cache_round_trip(DType::Q8_0, 3e-3);
 }
 
 #[test]
@@ -279,7 +279,7 @@ fn prefix_cache_with_f16_weights() {
         "qwen_dit/weights.safetensors",
         "",
         RunOptions::default(),
-        Some(GgmlType::F16),
+        Some(DType::F16),
     );
     let c = case(&cases(), "b1");
     let full = run(&m, &r, &c, KvMode::Full);
@@ -290,7 +290,7 @@ fn prefix_cache_with_f16_weights() {
         &c,
         KvMode::Store {
             key: "w16",
-            ty: GgmlType::F32,
+            ty: DType::F32,
         },
     );
     assert_close("f16 weights store vs full", &stored, &full, 1e-6);
@@ -311,7 +311,7 @@ fn text_queries_are_causal() {
         &a,
         KvMode::Store {
             key: "a",
-            ty: GgmlType::F32,
+            ty: DType::F32,
         },
     );
     run(
@@ -320,7 +320,7 @@ fn text_queries_are_causal() {
         &b,
         KvMode::Store {
             key: "b",
-            ty: GgmlType::F32,
+            ty: DType::F32,
         },
     );
     for name in ["1.k", "1.v"] {
@@ -360,12 +360,12 @@ fn cache_types_checked() {
     let (m, _) = model();
     let c = m.config();
     for ok in ["f32", "f16", "bf16", "q8_0", "q4_0"] {
-        let ty = GgmlType::from_name(ok).unwrap();
+        let ty = DType::from_name(ok).unwrap();
         PrefixCache::new("p", ty, c).unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
     // q4_K blocks are 256 wide: they do not divide the hidden size 32.
     for bad in ["q4_K", "q8_1", "i32"] {
-        let ty = GgmlType::from_name(bad).unwrap();
+        let ty = DType::from_name(bad).unwrap();
         match PrefixCache::new("p", ty, c) {
             Err(e @ PrefixCacheError::UnsupportedType { .. }) => eprintln!("{bad}: {e}"),
             _ => panic!("{bad} accepted"),
@@ -378,7 +378,7 @@ fn velocity_driver_stores_reuses_and_restores() {
     let (m, r) = model();
     let store = cases();
     let c = case(&store, "b1");
-    let cache = PrefixCache::new("qwen21.prefix", GgmlType::F32, m.config()).unwrap();
+    let cache = PrefixCache::new("qwen21.prefix", DType::F32, m.config()).unwrap();
     let first = m
         .velocity(&r, &c.x, &c.text, &c.t, Some((&cache, "cond")))
         .unwrap();
@@ -412,7 +412,7 @@ fn velocity_driver_disables_cache_on_oom() {
         },
     );
     let c = case(&cases(), "b1");
-    let cache = PrefixCache::new("qwen21.prefix", GgmlType::F32, m.config()).unwrap();
+    let cache = PrefixCache::new("qwen21.prefix", DType::F32, m.config()).unwrap();
     let err = m
         .velocity(&r, &c.x, &c.text, &c.t, Some((&cache, "cond")))
         .unwrap_err();

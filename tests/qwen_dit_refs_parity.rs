@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use sd_cli::ggml::GgmlType;
+use sd_cli::dtype::DType;
 use sd_cli::models::dit::qwen_image_2_1::{
     Condition, PrefixCache, PrefixCacheError, PrefixLayout, QwenImage21, QwenImage21Config,
 };
@@ -60,7 +60,7 @@ fn case(name: &str, refs: usize) -> RefCase {
     }
 }
 
-fn check(name: &str, refs: usize, ty: GgmlType, tol_cached: f32) {
+fn check(name: &str, refs: usize, ty: DType, tol_cached: f32) {
     let (m, r) = model();
     let c = case(name, refs);
     let cond = Condition {
@@ -92,18 +92,18 @@ fn check(name: &str, refs: usize, ty: GgmlType, tol_cached: f32) {
 
 #[test]
 fn one_condition_image_matches_diffusers() {
-    check("r1", 1, GgmlType::F32, TOL);
+    check("r1", 1, DType::F32, TOL);
 }
 
 #[test]
 fn two_condition_images_match_diffusers() {
-    check("r2", 2, GgmlType::F32, TOL);
+    check("r2", 2, DType::F32, TOL);
 }
 
 #[test]
 fn two_condition_images_f16_cache() {
     // f16 K/V storage rounds the prefix: 5e-4 as in the text-only cache test.
-    check("r2", 2, GgmlType::F16, 5e-4);
+    check("r2", 2, DType::F16, 5e-4);
 }
 
 #[test]

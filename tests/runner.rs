@@ -6,7 +6,8 @@ mod common;
 use std::rc::Rc;
 
 use common::*;
-use sd_cli::ggml::{Backend, GgmlType};
+use sd_cli::dtype::DType;
+use sd_cli::ggml::Backend;
 use sd_cli::nn::Linear;
 use sd_cli::runner::{MemorySource, RunOptions, Runner, RunnerError, Storage, WeightLoader};
 
@@ -45,7 +46,7 @@ fn declaration_errors_name_the_key() {
     assert!(e.to_string().contains("lin.weight"));
 }
 
-fn run_linear(budget: Option<usize>, wtype: Option<GgmlType>) -> Result<Vec<f32>, RunnerError> {
+fn run_linear(budget: Option<usize>, wtype: Option<DType>) -> Result<Vec<f32>, RunnerError> {
     let src = source();
     let backend = Rc::new(Backend::cpu(1)?);
     let loader = WeightLoader::new(&src, wtype);
@@ -74,7 +75,7 @@ fn memory_budget_fails_like_device_oom() {
 #[test]
 fn type_conversion_on_load_stays_close() {
     let full = run_linear(None, None).unwrap();
-    for ty in [GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
+    for ty in [DType::F16, DType::BF16, DType::Q8_0] {
         let q = run_linear(None, Some(ty)).unwrap();
         let err = full
             .iter()
@@ -120,10 +121,10 @@ fn named_cache_persists_between_calls() {
 fn storage_f32_converts_half_weights() {
     let src = source();
     let backend = Rc::new(Backend::cpu(1).unwrap());
-    let loader = WeightLoader::new(&src, Some(GgmlType::Q8_0));
+    let loader = WeightLoader::new(&src, Some(DType::Q8_0));
     let wb = loader.root("lin");
     // Biases stay f32 even when --type asks for a quantized type.
     let b = wb.get("bias", [32, 1, 1, 1], Storage::F32).unwrap();
     let w = loader.finish(&backend, "t").unwrap();
-    assert_eq!(w.tensor(b).ty(), GgmlType::F32);
+    assert_eq!(w.tensor(b).ty(), DType::F32);
 }

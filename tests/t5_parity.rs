@@ -15,11 +15,11 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use sd_cli::ggml::GgmlType;
+use sd_cli::dtype::DType;
 use sd_cli::models::te::t5::{self, relative_position_bucket, T5Config, T5Encoder, T5Source};
 use sd_cli::runner::{HostTensor, WeightLoader};
 use sd_cli::weights::names::t5_llamacpp_to_hf;
-use sd_cli::weights::{Component, DType, GgufWriter, TensorStore};
+use sd_cli::weights::{Component, GgufWriter, TensorStore};
 
 const TOL: f32 = 1e-4;
 const CASES: [&str; 3] = ["pad", "full", "long"];
@@ -37,7 +37,7 @@ fn ints(store: &TensorStore, name: &str) -> Vec<i32> {
 fn run_all(
     store: &TensorStore,
     prefix: &str,
-    wtype: Option<GgmlType>,
+    wtype: Option<DType>,
 ) -> (T5Config, Vec<(String, usize, HostTensor)>) {
     let backend = cpu();
     let source = T5Source::new(store, prefix);
@@ -240,7 +240,7 @@ fn f16_weights_within_tolerance() {
 fn q8_0_weights_within_tolerance() {
     // `--type q8_0`: q/k/v/wi_0/wi_1 (rows of 32) and the embedding table become Q8_0 (quantized
     // get_rows); o/wo rows of 40/48 do not split into blocks and stay f32.
-    let (_, outs) = run_all(&hf_store(), "", Some(GgmlType::Q8_0));
+    let (_, outs) = run_all(&hf_store(), "", Some(DType::Q8_0));
     // Q8_0 steps are ~1/127 of each block's max (activations are quantized too): this checks the
     // quantized path is sane (measured ≤ 9% of scale; a wrong layout gives errors of the order of the scale), not bit-closeness.
     check_against(&outs, "y", 1.5e-1, "q8_0 weights");

@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use sd_cli::dtype::DType;
 use sd_cli::weights::gguf::{parse_gguf, GgufType, GgufValue, GgufWriter};
 use sd_cli::weights::names::{
     detect_family, detect_family_with_prefix, Component, ModelFamily, Naming,
 };
 use sd_cli::weights::safetensors::{parse_safetensors, write_safetensors, SafetensorsItem};
-use sd_cli::weights::{to_f32, DType, FileFormat, SourceDType, TensorStore, WeightsError};
+use sd_cli::weights::{to_f32, FileFormat, SourceDType, TensorStore, WeightsError};
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

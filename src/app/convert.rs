@@ -4,10 +4,11 @@
 use std::borrow::Cow;
 
 use crate::cli::RunConfig;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ggml::{dequantize_rows, GgmlType};
+use crate::ggml::dequantize_rows;
 use crate::runner::convert_f32;
-use crate::weights::{Component, DType, GgufValue, GgufWriter, TensorInfo, TensorStore};
+use crate::weights::{Component, GgufValue, GgufWriter, TensorInfo, TensorStore};
 
 /// The model files of this run with the prefix each goes in under (as upstream's convert).
 fn inputs(cfg: &RunConfig) -> Vec<(&std::path::Path, &'static str)> {
@@ -34,8 +35,8 @@ fn inputs(cfg: &RunConfig) -> Vec<(&std::path::Path, &'static str)> {
 
 /// The type a tensor is written as: `--type` for matrices whose rows split into whole blocks,
 /// f16 for matrices that cannot take a quantized type (as upstream), else the loaded type.
-fn target_type(info: &TensorInfo, wtype: Option<GgmlType>) -> GgmlType {
-    let loaded = GgmlType::from_id(info.dtype.id()).unwrap_or(GgmlType::F32);
+fn target_type(info: &TensorInfo, wtype: Option<DType>) -> DType {
+    let loaded = DType::from_id(info.dtype.id()).unwrap_or(DType::F32);
     let Some(w) = wtype else { return loaded };
     if info.n_dims < 2 {
         return loaded;
@@ -43,18 +44,14 @@ fn target_type(info: &TensorInfo, wtype: Option<GgmlType>) -> GgmlType {
     if w.row_bytes(info.ne[0]).is_some() && w.can_quantize_from_f32() {
         w
     } else if w.is_quantized() {
-        GgmlType::F16
+        DType::F16
     } else {
         loaded
     }
 }
 
-fn tensor_bytes<'s>(
-    store: &'s TensorStore,
-    info: &TensorInfo,
-    to: GgmlType,
-) -> Result<Cow<'s, [u8]>> {
-    let from = GgmlType::from_id(info.dtype.id());
+fn tensor_bytes<'s>(store: &'s TensorStore, info: &TensorInfo, to: DType) -> Result<Cow<'s, [u8]>> {
+    let from = DType::from_id(info.dtype.id());
     if from == Some(to) {
         return Ok(store.load_bytes(info)?);
     }
@@ -79,7 +76,7 @@ fn tensor_bytes<'s>(
 pub fn run(cfg: &RunConfig) -> Result<()> {
     let wtype = match cfg.weight_type {
         Some(name) => Some(
-            GgmlType::from_name(name)
+            DType::from_name(name)
                 .ok_or_else(|| Error::Unsupported(format!("--type {name}: unknown ggml type")))?,
         ),
         None => None,

@@ -6,8 +6,8 @@ use std::time::Instant;
 use super::{BackendPlan, SamplingSetup};
 use crate::cli::PrefixCacheType;
 use crate::cli::{align_size_up, RunConfig};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ggml::GgmlType;
 use crate::image_io::{
     base_name, read_png, resize_bilinear, write_generation_png, Channels, GenerationParams, Image,
 };
@@ -94,7 +94,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let backends = BackendPlan::resolve(cfg)?;
     let memory = memory_options(cfg)?;
     let wtype = match cfg.weight_type {
-        Some(name) => Some(GgmlType::from_name(name).ok_or_else(|| Error::Flag {
+        Some(name) => Some(DType::from_name(name).ok_or_else(|| Error::Flag {
             flag: "--type".into(),
             reason: format!("unknown ggml type '{name}'"),
         })?),
@@ -131,7 +131,7 @@ struct Ctx<'a> {
     sampling: &'a SamplingSetup,
     backends: &'a BackendPlan,
     memory: MemoryOptions,
-    wtype: Option<GgmlType>,
+    wtype: Option<DType>,
     flash_attn: bool,
 }
 

@@ -10,7 +10,7 @@ use super::backend::{Backend, Buffer};
 use super::context::{Context, Ne, Tensor};
 use super::error::GgmlError;
 use super::sys;
-use super::types::GgmlType;
+use crate::dtype::DType;
 
 /// A handle to a device copy of some of an arena's tensors (see [`Arena::replicate`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,7 +44,7 @@ impl Arena {
     }
 
     /// Adds a tensor and returns its index, or None when the arena is full.
-    pub fn add(&mut self, ty: GgmlType, ne: Ne, name: &str) -> Option<usize> {
+    pub fn add(&mut self, ty: DType, ne: Ne, name: &str) -> Option<usize> {
         if self.tensors.len() >= self.capacity {
             return None;
         }

@@ -166,7 +166,7 @@ impl Backend {
         (free, total)
     }
 
-    pub(crate) fn raw(&self) -> *mut sys::ggml_backend {
+    pub(super) fn raw(&self) -> *mut sys::ggml_backend {
         self.raw.as_ptr()
     }
 
@@ -290,7 +290,7 @@ impl Backend {
     }
 
     /// A device buffer sized for `tensors` and each one's offset in it.
-    pub(crate) fn alloc_for(
+    pub(super) fn alloc_for(
         &self,
         tensors: &[Tensor<'_>],
         what: &str,
@@ -354,7 +354,7 @@ impl Buffer {
     }
 
     /// Binds `t` (no memory yet) at byte `offset` of this buffer.
-    pub(crate) fn bind(&self, t: Tensor<'_>, offset: usize) -> Result<(), GgmlError> {
+    pub(super) fn bind(&self, t: Tensor<'_>, offset: usize) -> Result<(), GgmlError> {
         // SAFETY: live buffer; `offset` was sized for `t` by `Backend::alloc_for`, and `t`
         // has no memory yet (ggml asserts it).
         let status = unsafe {

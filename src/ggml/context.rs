@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 
 use super::error::GgmlError;
 use super::sys;
-use super::types::GgmlType;
+use crate::dtype::DType;
 
 /// A shape in ggml order: `ne[0]` is the innermost (contiguous) dimension.
 pub type Ne = [usize; 4];
@@ -42,11 +42,11 @@ impl Context {
             .ok_or(GgmlError::ContextInit { bytes })
     }
 
-    pub(crate) fn raw(&self) -> *mut sys::ggml_context {
+    pub(super) fn raw(&self) -> *mut sys::ggml_context {
         self.raw.as_ptr()
     }
 
-    pub(crate) fn wrap<'c>(&'c self, t: *mut sys::ggml_tensor) -> Tensor<'c> {
+    pub(super) fn wrap<'c>(&'c self, t: *mut sys::ggml_tensor) -> Tensor<'c> {
         Tensor {
             raw: NonNull::new(t)
                 .expect("ggml returned a null tensor (context out of metadata room)"),
@@ -55,7 +55,7 @@ impl Context {
     }
 
     /// A new tensor of type `ty` and shape `ne` (ggml order); `ne` entries past the rank are 1.
-    pub fn new_tensor(&self, ty: GgmlType, ne: Ne) -> Tensor<'_> {
+    pub fn new_tensor(&self, ty: DType, ne: Ne) -> Tensor<'_> {
         let ne64 = ne.map(|d| d as i64);
         // SAFETY: the context is live; ggml asserts on invalid shapes (programming errors).
         self.wrap(unsafe { sys::ggml_new_tensor(self.raw(), ty.raw(), 4, ne64.as_ptr()) })
@@ -90,13 +90,13 @@ pub struct Tensor<'c> {
 }
 
 impl<'c> Tensor<'c> {
-    pub(crate) fn raw(self) -> *mut sys::ggml_tensor {
+    pub(super) fn raw(self) -> *mut sys::ggml_tensor {
         self.raw.as_ptr()
     }
 
     /// A handle for a tensor reached from another one (a source, a view's base). Callers
     /// pick `'c` no longer than the life of the context that holds it.
-    pub(crate) fn from_raw(raw: NonNull<sys::ggml_tensor>) -> Self {
+    pub(super) fn from_raw(raw: NonNull<sys::ggml_tensor>) -> Self {
         Tensor {
             raw,
             _ctx: PhantomData,
@@ -118,8 +118,8 @@ impl<'c> Tensor<'c> {
         self.get().nb
     }
 
-    pub fn ty(self) -> GgmlType {
-        GgmlType::from_id(self.get().type_).unwrap_or(GgmlType::F32)
+    pub fn ty(self) -> DType {
+        DType::from_raw(self.get().type_).unwrap_or(DType::F32)
     }
 
     pub fn n_elements(self) -> usize {
@@ -231,17 +231,17 @@ impl<'c> Tensor<'c> {
     pub fn read_f32(self) -> Result<Vec<f32>, GgmlError> {
         let bytes = self.read_bytes()?;
         let ty = self.ty();
-        let out = if ty == GgmlType::F32 {
+        let out = if ty == DType::F32 {
             bytes
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect()
-        } else if ty == GgmlType::F16 {
+        } else if ty == DType::F16 {
             bytes
                 .chunks_exact(2)
                 .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
                 .collect()
-        } else if ty == GgmlType::BF16 {
+        } else if ty == DType::BF16 {
             bytes
                 .chunks_exact(2)
                 .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -249,7 +249,7 @@ impl<'c> Tensor<'c> {
         } else {
             return Err(GgmlError::Unreadable {
                 name: self.name(),
-                ty: ty.name(),
+                ty: ty.name().to_string(),
             });
         };
         Ok(out)

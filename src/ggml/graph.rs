@@ -23,7 +23,7 @@ impl<'c> Graph<'c> {
         }
     }
 
-    pub(crate) fn raw(&self) -> *mut sys::ggml_cgraph {
+    pub(super) fn raw(&self) -> *mut sys::ggml_cgraph {
         self.raw.as_ptr()
     }
 
@@ -59,7 +59,7 @@ mod sealed {
     }
 }
 
-pub(crate) fn sealed_ptr<G: sealed::Sealed>(g: &G) -> *mut sys::ggml_cgraph {
+pub(super) fn sealed_ptr<G: sealed::Sealed>(g: &G) -> *mut sys::ggml_cgraph {
     g.graph_ptr()
 }
 
@@ -91,7 +91,7 @@ impl<'t> SubGraph<'t> {
         // SAFETY: the context reserved room for a graph of `size` nodes.
         let raw = unsafe { sys::ggml_new_graph_custom(ctx.raw(), size, false) };
         let raw = NonNull::new(raw).ok_or(super::GgmlError::ContextInit { bytes: size })?;
-        let pads = (0..padding).map(|_| ctx.new_tensor(super::GgmlType::F32, [1, 1, 1, 1]));
+        let pads = (0..padding).map(|_| ctx.new_tensor(crate::dtype::DType::F32, [1, 1, 1, 1]));
         for t in nodes.iter().map(|t| t.raw()).chain(pads.map(|t| t.raw())) {
             // SAFETY: `size` ≥ the node count added, so ggml's capacity assert holds; the
             // nodes live for 't and the pads as long as this graph's own context.

@@ -16,7 +16,7 @@ mod mmap;
 mod ops;
 mod quant;
 #[allow(unsafe_code)]
-pub(crate) mod sys;
+mod sys;
 mod types;
 
 pub use arena::{Arena, ReplicaId};
@@ -30,7 +30,6 @@ pub use logging::set_verbose;
 pub use mmap::{map_readonly, release_resident};
 pub use ops::{RopeMode, ScaleMode};
 pub use quant::{dequantize_rows, quantize_rows, QuantizeError};
-pub use types::GgmlType;
 
 /// ggml's limit on tensor names (the C struct holds 64 bytes including the terminator).
 pub const MAX_NAME_LEN: usize = 63;

@@ -5,7 +5,7 @@
 
 use super::context::{Context, Ne, Tensor};
 use super::sys;
-use super::types::GgmlType;
+use crate::dtype::DType;
 
 /// Rotary embedding layouts (`GGML_ROPE_TYPE_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +129,7 @@ impl Context {
     }
 
     /// Converts to another type.
-    pub fn cast<'c>(&'c self, a: Tensor<'c>, ty: GgmlType) -> Tensor<'c> {
+    pub fn cast<'c>(&'c self, a: Tensor<'c>, ty: DType) -> Tensor<'c> {
         // SAFETY: live tensor; ggml checks the conversion is supported.
         self.wrap(unsafe { sys::ggml_cast(self.raw(), a.raw(), ty.raw()) })
     }
@@ -332,10 +332,10 @@ impl Context {
         }
         // im2col + matmul, with im2col in the kernel's precision (ggml's own conv_2d always
         // rounds patches to f16, which costs ~1e-3 relative accuracy with f32 kernels).
-        let col_ty = if kernel.ty() == GgmlType::F16 {
-            GgmlType::F16
+        let col_ty = if kernel.ty() == DType::F16 {
+            DType::F16
         } else {
-            GgmlType::F32
+            DType::F32
         };
         let [kw, kh, ic, oc] = kernel.ne();
         // SAFETY: live tensors; ggml validates the shapes. im2col: [IC*KH*KW, OW, OH, N].
@@ -357,7 +357,7 @@ impl Context {
         let [k, ow, oh, n] = col.ne();
         let col2 = self.reshape(col, [k, ow * oh * n, 1, 1]);
         let ker2 = self.reshape(kernel, [kw * kh * ic, oc, 1, 1]);
-        if blocked && col_ty == GgmlType::F32 {
+        if blocked && col_ty == DType::F32 {
             // The kernel as the weight, patches as the tokens: [OC, OW, OH, N] out.
             if let Some(y) = self.blocked_linear(ker2, col2, None) {
                 let y = self.reshape(y, [oc, ow, oh, n]);

@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 use super::sys;
-use super::types::GgmlType;
+use crate::dtype::DType;
 
 #[derive(Debug, Error)]
 pub enum QuantizeError {
@@ -20,16 +20,14 @@ pub enum QuantizeError {
 }
 
 /// Converts `data` (rows of `n_per_row` f32) to `ty`, returning the packed bytes.
-pub fn quantize_rows(
-    ty: GgmlType,
-    data: &[f32],
-    n_per_row: usize,
-) -> Result<Vec<u8>, QuantizeError> {
+pub fn quantize_rows(ty: DType, data: &[f32], n_per_row: usize) -> Result<Vec<u8>, QuantizeError> {
     if !ty.can_quantize_from_f32() {
-        return Err(QuantizeError::Unsupported { ty: ty.name() });
+        return Err(QuantizeError::Unsupported {
+            ty: ty.name().to_string(),
+        });
     }
     let row_bytes = ty.row_bytes(n_per_row).ok_or(QuantizeError::RowLength {
-        ty: ty.name(),
+        ty: ty.name().to_string(),
         n_per_row,
         block: ty.block_size(),
     })?;
@@ -63,12 +61,12 @@ pub fn quantize_rows(
 
 /// Converts packed rows of `ty` (any type with a ggml f32 conversion) back to f32.
 pub fn dequantize_rows(
-    ty: GgmlType,
+    ty: DType,
     bytes: &[u8],
     n_per_row: usize,
 ) -> Result<Vec<f32>, QuantizeError> {
     let row_bytes = ty.row_bytes(n_per_row).ok_or(QuantizeError::RowLength {
-        ty: ty.name(),
+        ty: ty.name().to_string(),
         n_per_row,
         block: ty.block_size(),
     })?;
@@ -86,7 +84,9 @@ pub fn dequantize_rows(
     } else {
         unsafe { (*traits).to_float }
     };
-    let to_float = to_float.ok_or(QuantizeError::Unsupported { ty: ty.name() })?;
+    let to_float = to_float.ok_or(QuantizeError::Unsupported {
+        ty: ty.name().to_string(),
+    })?;
     let n = bytes.len() / row_bytes * n_per_row;
     let mut out = vec![0f32; n];
     // SAFETY: `bytes` holds n / n_per_row whole rows of `ty`, and `out` has room for n floats.

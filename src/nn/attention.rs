@@ -1,6 +1,7 @@
 //! Multi-head scaled dot-product attention (PyTorch `F.scaled_dot_product_attention`).
 
-use crate::ggml::{GgmlType, Tensor};
+use crate::dtype::DType;
+use crate::ggml::Tensor;
 use crate::runner::GraphCtx;
 
 /// An additive mask over keys, `[n_kv, n_q]` (ggml order), broadcast over heads and batch;
@@ -48,14 +49,11 @@ pub fn attention<'g>(
         // exact attention without a [n_kv, n_q, H] score matrix (PixArt XL: 7.5 s → 3.5 s per
         // step). The mask is 0 / −inf (or −1e4), exact in f16, which the kernel requires.
         let (k, v) = if g.flash_attn() {
-            (
-                g.cast(k, GgmlType::F16),
-                g.cast(split(v, n_kv), GgmlType::F16),
-            )
+            (g.cast(k, DType::F16), g.cast(split(v, n_kv), DType::F16))
         } else {
             (g.cont(k), g.cont(split(v, n_kv)))
         };
-        let mask = mask.map(|m| g.cast(m.0, GgmlType::F16));
+        let mask = mask.map(|m| g.cast(m.0, DType::F16));
         // result: [d, H, n_q, B]
         let out = g.flash_attn_ext(q, k, v, mask, scale);
         return g.reshape(out, [dim, n_q, batch, 1]);

@@ -68,7 +68,7 @@ pub fn apply_rope<'g>(
     let cos = g.reshape(cos, [1, half, 1, n]);
     let sin = g.reshape(sin, [1, half, 1, n]);
     let (cos, sin) = if batch > 1 {
-        let shape = g.new_tensor(crate::ggml::GgmlType::F32, [1, half, 1, n * batch]);
+        let shape = g.new_tensor(crate::dtype::DType::F32, [1, half, 1, n * batch]);
         let rep = |t: Tensor<'g>| {
             let t = g.reshape(t, [1, half, n, 1]);
             let t = g.repeat(t, g.reshape(shape, [1, half, n, batch]));

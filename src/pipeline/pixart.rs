@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::app::{BackendPlan, Module};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ggml::GgmlType;
 use crate::models::dit::pixart::{
     MicroConditions, PixArt, PixArtConfig, PixArtInputs, PosEmbedParams,
 };
@@ -49,7 +49,7 @@ pub struct PixArtLoad<'a> {
     /// The T5 file as given (for finding a tokenizer beside it).
     pub t5_path: Option<&'a Path>,
     pub tokenizer_path: Option<&'a Path>,
-    pub wtype: Option<GgmlType>,
+    pub wtype: Option<DType>,
     pub flash_attn: bool,
     pub backends: &'a BackendPlan,
     /// `--model-args` overrides (None = take from the model's config.json / defaults).

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::ggml::{Arena, Backend, Buffer, GgmlError, GgmlType, Ne, Tensor};
+use crate::dtype::DType;
+use crate::ggml::{Arena, Backend, Buffer, GgmlError, Ne, Tensor};
 
 struct Entry {
     arena: Arena,
@@ -25,7 +26,7 @@ impl NamedCache {
         &mut self,
         backend: &Backend,
         name: &str,
-        ty: GgmlType,
+        ty: DType,
         ne: Ne,
         bytes: &[u8],
     ) -> Result<(), GgmlError> {
@@ -58,7 +59,7 @@ impl NamedCache {
     }
 
     /// The storage type and shape of the entry `name`, if present.
-    pub fn info(&self, name: &str) -> Option<(GgmlType, Ne)> {
+    pub fn info(&self, name: &str) -> Option<(DType, Ne)> {
         self.get(name).map(|t| (t.ty(), t.ne()))
     }
 

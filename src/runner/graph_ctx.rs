@@ -5,7 +5,8 @@ use std::ops::Deref;
 
 use super::cache::NamedCache;
 use super::weights::{ModelWeights, Param};
-use crate::ggml::{Context, GgmlType, Graph, Ne, Tensor};
+use crate::dtype::DType;
+use crate::ggml::{Context, Graph, Ne, Tensor};
 
 pub(crate) enum InputData {
     F32(Vec<f32>),
@@ -150,7 +151,7 @@ impl<'g> GraphCtx<'g> {
     pub fn input_f32(&self, name: &str, ne: Ne, data: Vec<f32>) -> Tensor<'g> {
         let t = self
             .ctx
-            .new_tensor(GgmlType::F32, ne)
+            .new_tensor(DType::F32, ne)
             .set_name(name)
             .mark_input();
         self.inputs
@@ -163,7 +164,7 @@ impl<'g> GraphCtx<'g> {
     pub fn input_f16(&self, name: &str, ne: Ne, data: Vec<f32>) -> Tensor<'g> {
         let t = self
             .ctx
-            .new_tensor(GgmlType::F16, ne)
+            .new_tensor(DType::F16, ne)
             .set_name(name)
             .mark_input();
         self.inputs
@@ -176,7 +177,7 @@ impl<'g> GraphCtx<'g> {
     pub fn input_i32(&self, name: &str, ne: Ne, data: Vec<i32>) -> Tensor<'g> {
         let t = self
             .ctx
-            .new_tensor(GgmlType::I32, ne)
+            .new_tensor(DType::I32, ne)
             .set_name(name)
             .mark_input();
         self.inputs
@@ -233,7 +234,7 @@ impl<'g> GraphCtx<'g> {
     /// Like [`GraphCtx::cache_store`], but converts `t` to storage type `ty` first (a float
     /// type, or a quantized type whose block size divides `t`'s rows). Returns the stored
     /// tensor (e.g. to mark it as a cut).
-    pub fn cache_store_as(&self, name: &str, t: Tensor<'g>, ty: GgmlType) -> Tensor<'g> {
+    pub fn cache_store_as(&self, name: &str, t: Tensor<'g>, ty: DType) -> Tensor<'g> {
         let t = if t.ty() != ty {
             self.ctx.cast(t, ty)
         } else if !t.is_contiguous() || t.is_view() {

@@ -25,7 +25,8 @@ pub use host::HostTensor;
 pub use source::{MemorySource, SourceTensor, StoreSource, WeightSource};
 pub use weights::{convert_f32, ModelWeights, Param, Storage, WeightBuilder, WeightLoader};
 
-use crate::ggml::{Backend, Context, Gallocr, GgmlType, Graph, Ne, Tensor};
+use crate::dtype::DType;
+use crate::ggml::{Backend, Context, Gallocr, Graph, Ne, Tensor};
 use graph_ctx::InputData;
 
 /// Nodes a graph may hold; generous enough for a whole DiT or VAE decoder.
@@ -190,7 +191,7 @@ impl Runner {
     }
 
     /// The storage type and shape (ggml order) of cache entry `name`, if present.
-    pub fn cache_info(&self, name: &str) -> Option<(GgmlType, Ne)> {
+    pub fn cache_info(&self, name: &str) -> Option<(DType, Ne)> {
         self.cache.borrow().info(name)
     }
 
@@ -220,7 +221,7 @@ impl Runner {
         &self,
         ctx: &Context,
         build: F,
-    ) -> Result<(Vec<HostTensor>, Vec<(GgmlType, Ne, Vec<u8>, String)>), RunnerError>
+    ) -> Result<(Vec<HostTensor>, Vec<(DType, Ne, Vec<u8>, String)>), RunnerError>
     where
         F: for<'g> FnOnce(&'g GraphCtx<'g>) -> Vec<Tensor<'g>>,
     {
@@ -238,8 +239,8 @@ impl Runner {
         let outputs: Vec<Tensor<'_>> = outputs
             .into_iter()
             .map(|t| {
-                let t = if t.ty() != GgmlType::F32 {
-                    ctx.cast(t, GgmlType::F32)
+                let t = if t.ty() != DType::F32 {
+                    ctx.cast(t, DType::F32)
                 } else {
                     t
                 };

@@ -6,7 +6,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::ggml::{dequantize_rows, GgmlType, Ne};
+use crate::dtype::DType;
+use crate::ggml::{dequantize_rows, Ne};
 use crate::weights::{SourceDType, TensorStore};
 
 /// Converts a tensor's raw bytes to f32 values (or says why it cannot).
@@ -19,7 +20,7 @@ pub struct SourceTensor<'a> {
     /// Number of meaningful dimensions (1..=4).
     pub n_dims: usize,
     /// The ggml type of `bytes`, when the bytes are already in a ggml layout.
-    pub ggml_type: Option<GgmlType>,
+    pub ggml_type: Option<DType>,
     /// Raw bytes (ggml layout when `ggml_type` is set).
     pub bytes: Cow<'a, [u8]>,
     /// Converts the bytes to f32 (needed for conversions and for non-ggml source types).
@@ -78,7 +79,7 @@ impl WeightSource for MemorySource {
         Some(SourceTensor {
             ne: *ne,
             n_dims: *n_dims,
-            ggml_type: Some(GgmlType::F32),
+            ggml_type: Some(DType::F32),
             bytes: Cow::Owned(bytes),
             to_f32: Box::new(f32_from_le),
             origin: "memory".into(),
@@ -115,14 +116,14 @@ impl WeightSource for StoreSource<'_> {
             |f| f.path.display().to_string(),
         );
         let (bytes, ggml_type) = match self.store.load_bytes(info) {
-            Ok(b) => (b, GgmlType::from_id(info.dtype.id())),
+            Ok(b) => (b, DType::from_id(info.dtype.id())),
             Err(_) => (Cow::Borrowed(self.store.get_bytes(info).ok()?), None),
         };
         let source = info.source;
         let dtype = info.dtype;
         let n_per_row = info.ne[0];
         let to_f32 = move |b: &[u8]| -> Result<Vec<f32>, String> {
-            match (dtype.is_quantized(), GgmlType::from_id(dtype.id())) {
+            match (dtype.is_quantized(), DType::from_id(dtype.id())) {
                 (true, Some(t)) => dequantize_rows(t, b, n_per_row).map_err(|e| e.to_string()),
                 _ => crate::weights::to_f32(SourceDType::Ggml(dtype), b)
                     .or_else(|_| crate::weights::to_f32(source, b))

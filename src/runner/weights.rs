@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use super::error::RunnerError;
 use super::source::WeightSource;
-use crate::ggml::{quantize_rows, Arena, Backend, Buffer, GgmlType, Ne, Tensor};
+use crate::dtype::DType;
+use crate::ggml::{quantize_rows, Arena, Backend, Buffer, Ne, Tensor};
 
 /// Index of a declared weight inside its [`ModelWeights`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,19 +35,19 @@ pub enum Storage {
 struct Decl {
     name: String,
     ne: Ne,
-    ty: GgmlType,
+    ty: DType,
 }
 
 /// Collects weight declarations for one model from one source.
 pub struct WeightLoader<'s> {
     source: &'s dyn WeightSource,
-    wtype: Option<GgmlType>,
+    wtype: Option<DType>,
     decls: RefCell<Vec<Decl>>,
 }
 
 impl<'s> WeightLoader<'s> {
     /// `wtype` is the `--type` conversion target for matmul weights, if any.
-    pub fn new(source: &'s dyn WeightSource, wtype: Option<GgmlType>) -> Self {
+    pub fn new(source: &'s dyn WeightSource, wtype: Option<DType>) -> Self {
         Self {
             source,
             wtype,
@@ -157,18 +158,18 @@ impl<'s> WeightLoader<'s> {
 
 /// Decides the device type of a weight from its file type, its role and `--type`.
 fn choose_type(
-    file: Option<GgmlType>,
+    file: Option<DType>,
     storage: Storage,
-    wtype: Option<GgmlType>,
+    wtype: Option<DType>,
     ne: Ne,
     n_dims: usize,
-) -> GgmlType {
+) -> DType {
     match storage {
-        Storage::F32 => GgmlType::F32,
+        Storage::F32 => DType::F32,
         Storage::Float => match file {
-            Some(t) if t == GgmlType::F32 || t == GgmlType::F16 => t,
-            Some(_) => GgmlType::F32,
-            None => GgmlType::F16,
+            Some(t) if t == DType::F32 || t == DType::F16 => t,
+            Some(_) => DType::F32,
+            None => DType::F16,
         },
         Storage::Any => {
             // `--type` converts only matrices whose rows split into whole blocks.
@@ -177,7 +178,7 @@ fn choose_type(
                     return w;
                 }
             }
-            file.unwrap_or(GgmlType::F16)
+            file.unwrap_or(DType::F16)
         }
     }
 }
@@ -225,15 +226,15 @@ fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usi
 }
 
 /// Packs f32 values as `ty` (plain casts for float types, ggml quantization otherwise).
-pub fn convert_f32(values: &[f32], ty: GgmlType, ne0: usize) -> Result<Vec<u8>, String> {
-    if ty == GgmlType::F32 {
+pub fn convert_f32(values: &[f32], ty: DType, ne0: usize) -> Result<Vec<u8>, String> {
+    if ty == DType::F32 {
         Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
-    } else if ty == GgmlType::F16 {
+    } else if ty == DType::F16 {
         Ok(values
             .iter()
             .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
             .collect())
-    } else if ty == GgmlType::BF16 {
+    } else if ty == DType::BF16 {
         Ok(values
             .iter()
             .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())

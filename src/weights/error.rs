@@ -127,16 +127,6 @@ pub enum WeightsError {
     #[error("'{path}' is not a model file or folder this program can read: {reason}")]
     NotAModel { path: PathBuf, reason: String },
 
-    #[error("unknown weight type '{value}' (expected one of: {expected})")]
-    BadTypeName { value: String, expected: String },
-
-    #[error("row of {ne0} elements is not a multiple of the {dtype} block size {block}")]
-    RowSize {
-        dtype: &'static str,
-        ne0: u64,
-        block: u64,
-    },
-
     #[error("cannot convert tensor '{key}': {reason}")]
     Convert { key: String, reason: String },
 }

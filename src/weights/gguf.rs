@@ -9,10 +9,10 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::dtype::DType;
 use super::error::{Result, WeightsError};
 pub use super::gguf_writer::{GgufTensorSpec, GgufWriter};
 use super::safetensors::check_ranges;
+use crate::dtype::DType;
 
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 /// Default data alignment when `general.alignment` is absent.
@@ -588,7 +588,7 @@ fn read_tensor_info(
     if !numel_ok {
         return Err(bad_shape(format!("element count of {ne:?} overflows")));
     }
-    if ne[0] % u64::from(dtype.block_size()) != 0 {
+    if ne[0] % dtype.block_size() as u64 != 0 {
         return Err(bad_shape(format!(
             "row of {} elements is not a multiple of the {} block size {}",
             ne[0],

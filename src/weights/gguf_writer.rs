@@ -6,13 +6,13 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::Path;
 
-use super::dtype::DType;
 use super::error::{Result, WeightsError};
 use super::gguf::{
     align_up, GgufMetadata, GgufType, GgufValue, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS,
     MAX_NAME_BYTES,
 };
 use super::write_atomic;
+use crate::dtype::DType;
 
 /// One tensor declared in a [`GgufWriter`].
 #[derive(Debug, Clone, PartialEq)]

@@ -20,7 +20,7 @@ pub mod names;
 pub mod safetensors;
 pub mod store;
 
-pub use dtype::{convert_for_load, to_f32, DType, SourceDType};
+pub use dtype::{convert_for_load, to_f32, SourceDType};
 pub use error::{Result, WeightsError};
 pub use gguf::{GgufHeader, GgufMetadata, GgufTensorInfo, GgufType, GgufValue, GgufWriter};
 pub use names::{detect_family, normalize_name, Component, ModelFamily, Naming};

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::dtype::{convert_for_load, to_f32, DType, SourceDType};
+use super::dtype::{convert_for_load, to_f32, SourceDType};
 use super::error::{Result, WeightsError};
 use super::gguf::{parse_gguf, GgufMetadata, MAX_DIMS};
 use super::mmap::MappedFile;
 use super::names::normalize_name;
 use super::safetensors::{parse_index, parse_safetensors};
+use crate::dtype::DType;
 
 /// Container format of a mapped file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

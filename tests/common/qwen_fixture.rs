@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use sd_cli::app::BackendPlan;
-use sd_cli::ggml::GgmlType;
+use sd_cli::dtype::DType;
 use sd_cli::pipeline::qwen_image_2_1::{QwenImage21Load, QwenImage21Pipeline};
 use sd_cli::runner::MemoryOptions;
 use sd_cli::weights::{Component, TensorStore};
@@ -56,7 +56,7 @@ pub fn qwen_pipeline(
         backends: plan,
         memory: MemoryOptions::default(),
         prefix_cache: cache,
-        prefix_cache_type: GgmlType::F32,
+        prefix_cache_type: DType::F32,
         need_encoder: parts.encoder,
         need_vision: parts.vision,
         vision_path: parts.vision.then_some(vision.as_path()),

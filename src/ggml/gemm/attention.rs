@@ -13,9 +13,9 @@ use super::driver::Packed;
 use super::kernels::{self, Tile};
 use super::pack::{self, Rows};
 use super::{MR, NR};
+use crate::dtype::DType;
 use crate::ggml::context::{Context, Tensor};
 use crate::ggml::sys;
-use crate::ggml::types::GgmlType;
 
 /// Queries per block: the block's score rows (48 × n_kv f32) stay in L2.
 const QB: usize = 8 * MR;
@@ -49,7 +49,7 @@ impl Context {
         }
         let [dim, n_q, batch, b3] = q.ne();
         let n_kv = k.ne()[1];
-        let f32_contiguous = |t: Tensor<'_>| t.ty() == GgmlType::F32 && t.is_contiguous();
+        let f32_contiguous = |t: Tensor<'_>| t.ty() == DType::F32 && t.is_contiguous();
         let ok = heads > 0
             && dim > 0
             && dim % heads == 0
@@ -75,7 +75,7 @@ impl Context {
         let out = unsafe {
             sys::ggml_custom_4d(
                 self.raw(),
-                GgmlType::F32.raw(),
+                DType::F32.raw(),
                 dim as i64,
                 n_q as i64,
                 batch as i64,

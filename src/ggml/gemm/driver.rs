@@ -56,7 +56,7 @@ impl Product<'_> {
         let (x, w, b) = (dst.src[0], dst.src[1], dst.src[2]);
         // SAFETY: the node's sources are live tensors (the contract of `compute`).
         let (w, x) = unsafe { (&*w, &*x) };
-        let kind = WeightKind::of(crate::ggml::GgmlType::from_id(w.type_)?)?;
+        let kind = WeightKind::of(crate::dtype::DType::from_id(w.type_)?)?;
         let (k, m) = (w.ne[0] as usize, w.ne[1] as usize);
         let n = (x.ne[1] * x.ne[2] * x.ne[3]) as usize;
         // SAFETY: contiguous allocated tensors of these element counts and types.

@@ -45,7 +45,7 @@ macro_rules! with_rows {
 pub(super) use with_rows;
 
 /// Where a tile's results go: `rows` × `cols` of the row-major output at `c`.
-pub(crate) struct Tile {
+pub(in crate::ggml) struct Tile {
     pub c: *mut f32,
     pub ldc: usize,
     pub rows: usize,

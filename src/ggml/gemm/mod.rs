@@ -32,21 +32,21 @@ use std::os::raw::c_int;
 
 use super::context::{Context, Tensor};
 use super::sys;
-use super::types::GgmlType;
+use crate::dtype::DType;
 
 /// Tokens per register tile (rows of the output).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) const MR: usize = 6;
+pub(in crate::ggml) const MR: usize = 6;
 /// Outputs per register tile and weight panel (four 16-lane vectors).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) const NR: usize = 64;
+pub(in crate::ggml) const NR: usize = 64;
 
 /// Below this many tokens ggml's matrix-vector path is as good and packing is not repaid.
 const MIN_TOKENS: usize = 16;
 
 /// How the weight's elements are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WeightKind {
+pub(in crate::ggml) enum WeightKind {
     F32,
     F16,
     Bf16,
@@ -54,12 +54,12 @@ pub(crate) enum WeightKind {
 }
 
 impl WeightKind {
-    fn of(ty: GgmlType) -> Option<Self> {
+    fn of(ty: DType) -> Option<Self> {
         match ty {
-            GgmlType::F32 => Some(Self::F32),
-            GgmlType::F16 => Some(Self::F16),
-            GgmlType::BF16 => Some(Self::Bf16),
-            GgmlType::Q8_0 => Some(Self::Q8_0),
+            DType::F32 => Some(Self::F32),
+            DType::F16 => Some(Self::F16),
+            DType::BF16 => Some(Self::Bf16),
+            DType::Q8_0 => Some(Self::Q8_0),
             _ => None,
         }
     }
@@ -125,7 +125,7 @@ impl BlockedOp {
 }
 
 /// Whether [`Context::blocked_linear`] can take a weight of type `ty` on this CPU.
-pub fn blocked_gemm_available(ty: GgmlType) -> bool {
+pub fn blocked_gemm_available(ty: DType) -> bool {
     WeightKind::of(ty).is_some_and(WeightKind::supported)
 }
 
@@ -151,12 +151,12 @@ impl Context {
             && w2 == 1
             && w3 == 1
             && w.is_contiguous()
-            && x.ty() == GgmlType::F32
+            && x.ty() == DType::F32
             && x.is_contiguous()
             && xn[0] == k
             && tokens >= MIN_TOKENS
             && bias.is_none_or(|b| {
-                b.ty() == GgmlType::F32 && b.is_contiguous() && b.ne() == [m, 1, 1, 1]
+                b.ty() == DType::F32 && b.is_contiguous() && b.ne() == [m, 1, 1, 1]
             });
         if !shapes_ok {
             return None;
@@ -176,7 +176,7 @@ impl Context {
         let out = unsafe {
             sys::ggml_custom_4d(
                 self.raw(),
-                GgmlType::F32.raw(),
+                DType::F32.raw(),
                 m as i64,
                 xn[1] as i64,
                 xn[2] as i64,
@@ -194,7 +194,7 @@ impl Context {
 
 /// Elements per q8_0 block (ggml's QK8_0).
 fn q8_block() -> usize {
-    GgmlType::Q8_0.block_size()
+    DType::Q8_0.block_size()
 }
 
 /// The custom op's body (no body where the kernels do not exist: never built there).

@@ -5,9 +5,8 @@
 use super::driver::partition;
 use super::pack::bf16_bits;
 use super::{blocked_gemm_available, MR, NR};
-use crate::ggml::{
-    dequantize_rows, quantize_rows, Arena, Backend, Context, Gallocr, GgmlType, Graph,
-};
+use crate::dtype::DType;
+use crate::ggml::{dequantize_rows, quantize_rows, Arena, Backend, Context, Gallocr, Graph};
 
 fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -21,14 +20,14 @@ fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn to_bytes(values: &[f32], ty: GgmlType, k: usize) -> Vec<u8> {
+fn to_bytes(values: &[f32], ty: DType, k: usize) -> Vec<u8> {
     match ty {
-        GgmlType::Q8_0 => quantize_rows(ty, values, k).expect("quantize"),
-        GgmlType::F16 => values
+        DType::Q8_0 => quantize_rows(ty, values, k).expect("quantize"),
+        DType::F16 => values
             .iter()
             .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
             .collect(),
-        GgmlType::BF16 => values
+        DType::BF16 => values
             .iter()
             .flat_map(|&v| (bf16_bits(v) as u16).to_le_bytes())
             .collect(),
@@ -38,14 +37,14 @@ fn to_bytes(values: &[f32], ty: GgmlType, k: usize) -> Vec<u8> {
 
 /// What the weight's stored elements are, as f32 (for q8_0: the activations too, which
 /// ggml and the blocked kernel quantize the same way).
-fn stored(values: &[f32], ty: GgmlType, k: usize) -> Vec<f32> {
+fn stored(values: &[f32], ty: DType, k: usize) -> Vec<f32> {
     match ty {
-        GgmlType::Q8_0 => dequantize_rows(ty, &to_bytes(values, ty, k), k).expect("dequantize"),
-        GgmlType::F16 => values
+        DType::Q8_0 => dequantize_rows(ty, &to_bytes(values, ty, k), k).expect("dequantize"),
+        DType::F16 => values
             .iter()
             .map(|&v| half::f16::from_f32(v).to_f32())
             .collect(),
-        GgmlType::BF16 => values.iter().map(|&v| bf16_value(v)).collect(),
+        DType::BF16 => values.iter().map(|&v| bf16_value(v)).collect(),
         _ => values.to_vec(),
     }
 }
@@ -65,7 +64,7 @@ struct Outcome {
 }
 
 /// The blocked kernels' and `mul_mat` (+ `add`)'s outputs for one product.
-fn run(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usize) -> Outcome {
+fn run(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usize) -> Outcome {
     let n: usize = xne.iter().product();
     let w = pseudo_random(k * m, 1 + k as u64);
     let x = pseudo_random(k * n, 2 + m as u64);
@@ -74,9 +73,9 @@ fn run(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: u
     let mut arena = Arena::new(3).expect("arena");
     let wi = arena.add(ty, [k, m, 1, 1], "w").expect("room");
     let xi = arena
-        .add(GgmlType::F32, [k, xne[0], xne[1], xne[2]], "x")
+        .add(DType::F32, [k, xne[0], xne[1], xne[2]], "x")
         .expect("room");
-    let bi = arena.add(GgmlType::F32, [m, 1, 1, 1], "b").expect("room");
+    let bi = arena.add(DType::F32, [m, 1, 1, 1], "b").expect("room");
     let _buf = backend
         .alloc_context(arena.context(), "test")
         .expect("alloc");
@@ -127,7 +126,7 @@ fn quantized_activations(x: &[f32]) -> Vec<f32> {
 }
 
 /// Checks one product; returns the largest error relative to Σ|x·w| of its element.
-fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usize) -> f64 {
+fn check(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usize) -> f64 {
     let Outcome {
         blocked,
         plain,
@@ -136,7 +135,7 @@ fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads:
         b,
     } = run(ty, k, m, xne, bias, threads);
     let n: usize = xne.iter().product();
-    let xq = (ty == GgmlType::Q8_0).then(|| quantized_activations(&x));
+    let xq = (ty == DType::Q8_0).then(|| quantized_activations(&x));
     let mut worst = 0f64;
     for t in 0..n {
         for o in 0..m {
@@ -144,7 +143,7 @@ fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads:
             for i in 0..k {
                 let xv = match (&xq, ty) {
                     (Some(q), _) => q[t * k + i],
-                    (None, GgmlType::BF16) => bf16_value(x[t * k + i]),
+                    (None, DType::BF16) => bf16_value(x[t * k + i]),
                     _ => x[t * k + i],
                 };
                 let p = xv as f64 * w[o * k + i] as f64;
@@ -163,7 +162,7 @@ fn check(ty: GgmlType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads:
                 ty.name()
             );
             worst = worst.max(err);
-            if ty != GgmlType::F16 {
+            if ty != DType::F16 {
                 // ggml rounds f16 products' activations to f16; the others agree closely.
                 let theirs = plain[t * m + o] as f64;
                 assert!(
@@ -202,16 +201,16 @@ const Q8_SHAPES: &[Shape] = &[
     (64, 70, [6200, 1, 1]),
 ];
 
-fn shapes(ty: GgmlType) -> &'static [Shape] {
-    if ty == GgmlType::Q8_0 {
+fn shapes(ty: DType) -> &'static [Shape] {
+    if ty == DType::Q8_0 {
         Q8_SHAPES
     } else {
         SHAPES
     }
 }
 
-fn each_type(f: impl Fn(GgmlType)) {
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0] {
+fn each_type(f: impl Fn(DType)) {
+    for ty in [DType::F32, DType::F16, DType::BF16, DType::Q8_0] {
         if blocked_gemm_available(ty) {
             f(ty);
         } else {
@@ -276,20 +275,12 @@ fn partition_covers_each_output_once() {
 #[test]
 fn products_it_does_not_take_are_left_to_mul_mat() {
     let mut arena = Arena::new(4).expect("arena");
-    let w = arena.add(GgmlType::F32, [64, 64, 1, 1], "w").expect("room");
+    let w = arena.add(DType::F32, [64, 64, 1, 1], "w").expect("room");
     let q = arena
-        .add(
-            GgmlType::from_name("q4_0").expect("q4_0"),
-            [64, 64, 1, 1],
-            "q",
-        )
+        .add(DType::from_name("q4_0").expect("q4_0"), [64, 64, 1, 1], "q")
         .expect("room");
-    let few = arena
-        .add(GgmlType::F32, [64, 4, 1, 1], "few")
-        .expect("room");
-    let many = arena
-        .add(GgmlType::F32, [64, 32, 1, 1], "many")
-        .expect("room");
+    let few = arena.add(DType::F32, [64, 4, 1, 1], "few").expect("room");
+    let many = arena.add(DType::F32, [64, 32, 1, 1], "many").expect("room");
     let ctx = Context::new(8, 0).expect("ctx");
     // Quantized weights, too few tokens, and a transposed (non-contiguous) input.
     assert!(ctx
@@ -359,17 +350,15 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
     let backend = Backend::cpu(threads).expect("cpu backend");
     let mut arena = Arena::new(4).expect("arena");
     let qi = arena
-        .add(GgmlType::F32, [dim, n_q, batch, 1], "q")
+        .add(DType::F32, [dim, n_q, batch, 1], "q")
         .expect("room");
     let ki = arena
-        .add(GgmlType::F32, [dim, n_kv, batch, 1], "k")
+        .add(DType::F32, [dim, n_kv, batch, 1], "k")
         .expect("room");
     let vi = arena
-        .add(GgmlType::F32, [dim, n_kv, batch, 1], "v")
+        .add(DType::F32, [dim, n_kv, batch, 1], "v")
         .expect("room");
-    let mi = arena
-        .add(GgmlType::F32, [n_kv, n_q, 1, 1], "m")
-        .expect("room");
+    let mi = arena.add(DType::F32, [n_kv, n_q, 1, 1], "m").expect("room");
     let _buf = backend
         .alloc_context(arena.context(), "test")
         .expect("alloc");
@@ -394,7 +383,7 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
 
 #[test]
 fn blocked_attention_matches_f64() {
-    if !blocked_gemm_available(GgmlType::F32) {
+    if !blocked_gemm_available(DType::F32) {
         eprintln!("this CPU lacks AVX-512F; skipped");
         return;
     }

@@ -18,8 +18,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::app::{BackendPlan, Module};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ggml::GgmlType;
 use crate::models::dit::qwen_image_2_1::{
     Condition, PrefixCache, PrefixCacheError, PrefixLayout, QwenImage21, QwenImage21Config,
 };
@@ -75,14 +75,10 @@ pub fn schedule_options() -> ScheduleOptions {
 
 /// The prefix-cache storage type: `requested` (a ggml type name), or with `None` ("auto")
 /// f16 when flash attention is on, else f32.
-pub fn prefix_cache_type(requested: Option<&str>, flash_attn: bool) -> Result<GgmlType> {
+pub fn prefix_cache_type(requested: Option<&str>, flash_attn: bool) -> Result<DType> {
     match requested {
-        None => Ok(if flash_attn {
-            GgmlType::F16
-        } else {
-            GgmlType::F32
-        }),
-        Some(name) => GgmlType::from_name(name).ok_or_else(|| Error::Flag {
+        None => Ok(if flash_attn { DType::F16 } else { DType::F32 }),
+        Some(name) => DType::from_name(name).ok_or_else(|| Error::Flag {
             flag: "--model-args qwen_image_2_1_prefix_cache_type".into(),
             reason: format!("unknown ggml type '{name}'"),
         }),
@@ -96,7 +92,7 @@ pub struct QwenImage21Load<'a> {
     /// The LLM file as given (for finding a tokenizer beside it).
     pub llm_path: Option<&'a Path>,
     pub tokenizer_path: Option<&'a Path>,
-    pub wtype: Option<GgmlType>,
+    pub wtype: Option<DType>,
     pub flash_attn: bool,
     pub backends: &'a BackendPlan,
     /// `--max-vram`, `--offload-to-cpu`, prefetch and segmentation switches.
@@ -104,7 +100,7 @@ pub struct QwenImage21Load<'a> {
     /// Store/reuse each condition's text K/V across steps.
     pub prefix_cache: bool,
     /// Storage type of the cached K/V (see [`prefix_cache_type`]).
-    pub prefix_cache_type: GgmlType,
+    pub prefix_cache_type: DType,
     /// Build the VAE encoder (for `--init-img` and reference images).
     pub need_encoder: bool,
     /// Load the Qwen3-VL vision tower (for reference images).

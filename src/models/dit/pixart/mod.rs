@@ -17,7 +17,8 @@ mod config;
 
 pub use config::{PixArtConfig, PixArtLayout, PosEmbedParams, FREQ_DIM, HEAD_DIM};
 
-use crate::ggml::{GgmlType, Tensor};
+use crate::dtype::DType;
+use crate::ggml::Tensor;
 use crate::nn::{self, AttentionMask, Conv2d, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
@@ -152,7 +153,7 @@ impl PixArt {
             // keep 1 -> 0, keep 0 -> -10000; one row per image query.
             let bias = g.scale_bias(keep, -MASKED_KEY_BIAS, MASKED_KEY_BIAS);
             let bias = g.reshape(g.cont(bias), [n_txt, 1, 1, batch]);
-            let like = g.new_tensor(GgmlType::F32, [n_txt, n_img, 1, batch]);
+            let like = g.new_tensor(DType::F32, [n_txt, n_img, 1, batch]);
             AttentionMask(g.repeat(bias, like))
         });
 

@@ -6,7 +6,8 @@
 //! image key (no mask). The text group's K/V are all the image group needs from the prefix,
 //! which is what the prefix cache stores.
 
-use crate::ggml::{GgmlType, Tensor};
+use crate::dtype::DType;
+use crate::ggml::Tensor;
 use crate::nn::{self, AttentionMask, LayerNorm, Linear, RmsNorm, RopeLayout};
 use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
 
@@ -40,7 +41,7 @@ pub(super) enum PrefixKv<'g, 'a> {
         /// [L, L] causal mask for the text queries.
         mask: Tensor<'g>,
         /// Also keep them in the runner's cache: (key name, value name, storage type).
-        store: Option<(String, String, GgmlType)>,
+        store: Option<(String, String, DType)>,
         /// The text group's output is needed (not the last block).
         need_text: bool,
         cut_group: &'a str,
@@ -180,9 +181,9 @@ impl Block {
 
 /// Cached K/V back to f32 for attention (a no-op for f32 storage).
 pub(super) fn to_f32<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>) -> Tensor<'g> {
-    if t.ty() == GgmlType::F32 {
+    if t.ty() == DType::F32 {
         t
     } else {
-        g.cast(t, GgmlType::F32)
+        g.cast(t, DType::F32)
     }
 }

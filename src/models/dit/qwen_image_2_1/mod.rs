@@ -30,7 +30,8 @@ pub use config::{
 pub use layout::{PrefixLayout, Segment};
 pub use prefix::{Condition, PrefixCache, PrefixCacheError};
 
-use crate::ggml::{GgmlType, Ne, Tensor};
+use crate::dtype::DType;
+use crate::ggml::{Ne, Tensor};
 use crate::nn::{self, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
@@ -47,7 +48,7 @@ pub enum KvMode<'a> {
     /// Compute text and image tokens and keep every layer's text K (after q/k norm and rope)
     /// and V in the runner's cache as `{key}.{layer}.k` / `.v`, [hidden, L_text, B] of type
     /// `ty`. The image tokens of this call already attend to the stored values.
-    Store { key: &'a str, ty: GgmlType },
+    Store { key: &'a str, ty: DType },
     /// Compute the image tokens only, attending to the cached text K/V under `key`.
     Reuse { key: &'a str },
 }

@@ -16,7 +16,8 @@ use std::hash::{Hash, Hasher};
 use thiserror::Error;
 
 use super::{cache_names, KvMode, PrefixLayout, QwenImage21, QwenImage21Config, QwenImage21Inputs};
-use crate::ggml::{GgmlType, Ne};
+use crate::dtype::DType;
+use crate::ggml::Ne;
 use crate::runner::{HostTensor, Runner, RunnerError};
 
 /// Quantized storage types whose f32 ↔ type copies ggml's CPU backend implements.
@@ -47,7 +48,7 @@ pub enum PrefixCacheError {
 /// Per-run prefix cache settings and state (one per sampling run; shared by its conditions).
 pub struct PrefixCache {
     base: String,
-    ty: GgmlType,
+    ty: DType,
     disabled: Cell<bool>,
     fingerprints: RefCell<HashMap<String, u64>>,
 }
@@ -57,7 +58,7 @@ impl PrefixCache {
     /// `ty`, checked with [`PrefixCache::check_type`].
     pub fn new(
         base: &str,
-        ty: GgmlType,
+        ty: DType,
         config: &QwenImage21Config,
     ) -> Result<Self, PrefixCacheError> {
         Self::check_type(ty, config.hidden_size)?;
@@ -71,12 +72,12 @@ impl PrefixCache {
 
     /// Whether `ty` can hold cached K/V rows of `hidden` elements: f32, f16, bf16, or a
     /// quantized type ggml converts at run time whose block size divides `hidden`.
-    pub fn check_type(ty: GgmlType, hidden: usize) -> Result<(), PrefixCacheError> {
+    pub fn check_type(ty: DType, hidden: usize) -> Result<(), PrefixCacheError> {
         let err = |reason: String| PrefixCacheError::UnsupportedType {
-            ty: ty.name(),
+            ty: ty.name().to_string(),
             reason,
         };
-        if ty == GgmlType::F32 || ty == GgmlType::F16 || ty == GgmlType::BF16 {
+        if ty == DType::F32 || ty == DType::F16 || ty == DType::BF16 {
             return Ok(());
         }
         if !QUANTIZED_TYPES
@@ -97,7 +98,7 @@ impl PrefixCache {
         Ok(())
     }
 
-    pub fn storage_type(&self) -> GgmlType {
+    pub fn storage_type(&self) -> DType {
         self.ty
     }
 
@@ -221,7 +222,7 @@ impl QwenImage21 {
             }
         };
         let key = active.map(|(c, cond)| c.key(cond)).unwrap_or_default();
-        let ty = active.map_or(GgmlType::F32, |(c, _)| c.ty);
+        let ty = active.map_or(DType::F32, |(c, _)| c.ty);
         let kv = match mode {
             Mode::Full => KvMode::Full,
             Mode::Store => KvMode::Store { key: &key, ty },

@@ -91,9 +91,9 @@ impl Layer {
         let v = g.reshape(self.v.forward(g, h), [hd, c.kv_heads, n, 1]);
         let scale = 1.0 / (hd as f32).sqrt();
         let attn = if g.flash_attn() {
-            let k = g.cast(k, crate::ggml::GgmlType::F16);
-            let v = g.cast(g.permute(v, [0, 2, 1, 3]), crate::ggml::GgmlType::F16);
-            let mask = g.cast(mask, crate::ggml::GgmlType::F16);
+            let k = g.cast(k, crate::dtype::DType::F16);
+            let v = g.cast(g.permute(v, [0, 2, 1, 3]), crate::dtype::DType::F16);
+            let mask = g.cast(mask, crate::dtype::DType::F16);
             // → [hd, heads, n]
             g.flash_attn_ext(q, k, v, Some(mask), scale)
         } else {

@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::ggml::GgmlType;
+use crate::dtype::DType;
 use crate::runner::{SourceTensor, StoreSource, WeightSource};
 use crate::weights::TensorStore;
 
@@ -214,7 +214,7 @@ impl<'s> Qwen3VlVisionSource<'s> {
         Some(SourceTensor {
             ne: [2 * plane * ch, out, 1, 1],
             n_dims: 2,
-            ggml_type: Some(GgmlType::F32),
+            ggml_type: Some(DType::F32),
             bytes: Cow::Owned(f32_bytes(&rows)),
             to_f32: Box::new(f32_from_le),
             origin,
@@ -238,7 +238,7 @@ impl<'s> Qwen3VlVisionSource<'s> {
         Some(SourceTensor {
             ne: [ne[0], ne[1] * 3, 1, 1].map(|d| d.max(1)),
             n_dims: parts[0].n_dims,
-            ggml_type: Some(GgmlType::F32),
+            ggml_type: Some(DType::F32),
             bytes: Cow::Owned(f32_bytes(&values)),
             to_f32: Box::new(f32_from_le),
             origin: parts[0].origin.clone(),

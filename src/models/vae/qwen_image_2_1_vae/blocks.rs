@@ -2,7 +2,8 @@
 //! convolutions that may be stored as one-frame 3D kernels, the channel RMS norm, the residual
 //! block and the single-head mid attention.
 
-use crate::ggml::{GgmlType, Tensor};
+use crate::dtype::DType;
+use crate::ggml::Tensor;
 use crate::nn;
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
@@ -109,7 +110,7 @@ impl Conv {
         let kernel = self.kernel(g);
         // f16 kernels convolve f16 patches: this VAE's activations can leave the f16 range, so
         // the conv runs on x / 128 and the result is scaled back (as stable-diffusion.cpp does).
-        let y = if kernel.ty() == GgmlType::F16 {
+        let y = if kernel.ty() == DType::F16 {
             let y = g.conv_2d(
                 kernel,
                 g.scale(x, F16_CONV_SCALE),
