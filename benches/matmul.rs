@@ -48,14 +48,12 @@ fn bench_ggml(
     reps: usize,
 ) -> f64 {
     let backend = Backend::cpu(threads).expect("CPU backend");
-    let mut weights = Arena::new(2).expect("arena");
+    let weights = Arena::new(2).expect("arena");
     let w = weights.add(ty, [k, m, 1, 1], "w").expect("room");
     let x = weights
         .add(DType::F32, [k, tokens, 1, 1], "x")
         .expect("room");
-    let _buf = backend
-        .alloc_context(weights.context(), "bench")
-        .expect("alloc");
+    weights.allocate(&backend, "bench").expect("alloc");
     let wbytes = convert_f32(&pseudo_random(k * m, 1), ty, k).expect("convert");
     weights.get(w).write_bytes(&wbytes).expect("write w");
     weights
@@ -67,13 +65,14 @@ fn bench_ggml(
     let graph = Graph::new(&ctx, 16);
     let (wt, xt) = (weights.get(w), weights.get(x));
     let y = if blocked {
-        ctx.blocked_linear(wt, xt, None).expect("blocked kernel")
+        let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+        kernels.linear(&ctx, wt, xt, None).expect("blocked kernel")
     } else {
         ctx.mul_mat(wt, xt)
     };
     graph.expand(y);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
-    galloc.alloc(&graph).expect("alloc graph");
+    let _allocation = galloc.alloc(&graph).expect("alloc graph");
     let mut best = f64::INFINITY;
     for _ in 0..reps + 1 {
         let t0 = Instant::now();

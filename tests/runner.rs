@@ -117,6 +117,53 @@ fn named_cache_persists_between_calls() {
     assert_eq!(missing.unwrap()[0].data, vec![0.0]);
 }
 
+/// A graph's stores are copied on the device into destinations that share one buffer, in
+/// the storage type asked for; the buffer goes when the last of its entries does.
+#[test]
+fn cache_stores_are_device_copies_sharing_one_buffer() {
+    let runner = Runner::new("cache", cpu(), None, RunOptions::default());
+    let data: Vec<f32> = (0..64).map(|i| i as f32 * 0.25 - 3.0).collect();
+    runner
+        .compute(|g| {
+            let x = g.input_f32("x", [32, 2, 1, 1], data.clone());
+            let k = g.cache_store("kv.k", g.scale(x, 2.0));
+            let v = g.cache_store_as("kv.v", x, DType::F16);
+            let q = g.cache_store_as("kv.q", x, DType::Q8_0);
+            // The stored copies are readable in the graph that made them.
+            vec![g.add(k, g.cast(v, DType::F32)), g.cast(q, DType::F32)]
+        })
+        .unwrap();
+    assert_eq!(runner.cache_info("kv.k"), Some((DType::F32, [32, 2, 1, 1])));
+    assert_eq!(runner.cache_info("kv.v"), Some((DType::F16, [32, 2, 1, 1])));
+    assert_eq!(
+        runner.cache_info("kv.q"),
+        Some((DType::Q8_0, [32, 2, 1, 1]))
+    );
+    let one_buffer = runner.cache_bytes();
+    assert!(
+        (256 + 128 + 68..256 + 128 + 68 + 1024).contains(&one_buffer),
+        "{one_buffer}"
+    );
+    let out = runner
+        .compute(|g| {
+            let k = g.cache_get("kv.k").unwrap();
+            let v = g.cache_get("kv.v").unwrap();
+            vec![g.sub(k, g.cast(v, DType::F32))]
+        })
+        .unwrap();
+    // data is exact in f16: k − v = 2x − x.
+    assert_eq!(out[0].data, data);
+    runner.clear_cache("kv.k");
+    runner.clear_cache("kv.v");
+    assert_eq!(
+        runner.cache_bytes(),
+        one_buffer,
+        "kv.q still holds the buffer"
+    );
+    runner.clear_cache("kv.");
+    assert_eq!(runner.cache_bytes(), 0);
+}
+
 #[test]
 fn storage_f32_converts_half_weights() {
     let src = source();

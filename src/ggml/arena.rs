@@ -1,5 +1,6 @@
-//! A context plus an index of the tensors made in it: long-lived tensors (model weights,
-//! cache entries) are referred to by index, so owners need no self-referential borrows.
+//! A context plus an index of the tensors made in it, and the memory they are bound to:
+//! long-lived tensors (model weights, cache entries) are referred to by index, so owners need
+//! no self-referential borrows, and the memory cannot be freed while the tensors exist.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -26,8 +27,10 @@ pub struct Arena {
     // Declared first: replicas are released before the context that holds their tensors.
     replicas: RefCell<HashMap<u64, Replica>>,
     next_replica: Cell<u64>,
+    /// The memory of every tensor (after [`Arena::allocate`]); freed before the context.
+    buffer: RefCell<Option<Buffer>>,
     ctx: Context,
-    tensors: Vec<NonNull<sys::ggml_tensor>>,
+    tensors: RefCell<Vec<NonNull<sys::ggml_tensor>>>,
     capacity: usize,
 }
 
@@ -37,37 +40,71 @@ impl Arena {
         Ok(Self {
             replicas: RefCell::new(HashMap::new()),
             next_replica: Cell::new(0),
+            buffer: RefCell::new(None),
             ctx: Context::new(capacity, 0)?,
-            tensors: Vec::new(),
+            tensors: RefCell::new(Vec::new()),
             capacity,
         })
     }
 
-    /// Adds a tensor and returns its index, or None when the arena is full.
-    pub fn add(&mut self, ty: DType, ne: Ne, name: &str) -> Option<usize> {
-        if self.tensors.len() >= self.capacity {
+    /// Adds a tensor and returns its index, or None when the arena is full or already has
+    /// its memory.
+    pub fn add(&self, ty: DType, ne: Ne, name: &str) -> Option<usize> {
+        let mut tensors = self.tensors.borrow_mut();
+        if tensors.len() >= self.capacity || self.buffer.borrow().is_some() {
             return None;
         }
         let t = self.ctx.new_tensor(ty, ne).set_name(name);
-        let raw = NonNull::new(t.raw())?;
-        self.tensors.push(raw);
-        Some(self.tensors.len() - 1)
+        tensors.push(NonNull::new(t.raw())?);
+        Some(tensors.len() - 1)
     }
 
     pub fn get(&self, index: usize) -> Tensor<'_> {
-        self.ctx.wrap(self.tensors[index].as_ptr())
+        self.ctx.wrap(self.tensors.borrow()[index].as_ptr())
     }
 
     pub fn len(&self) -> usize {
-        self.tensors.len()
+        self.tensors.borrow().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tensors.is_empty()
+        self.tensors.borrow().is_empty()
     }
 
-    pub fn context(&self) -> &Context {
-        &self.ctx
+    /// Gives every tensor memory on `backend` (one buffer, kept by the arena; tensors added
+    /// later are refused).
+    pub fn allocate(&self, backend: &Backend, what: &str) -> Result<(), GgmlError> {
+        self.bind_with(|ctx| backend.alloc_context(ctx, what))
+    }
+
+    /// Gives every tensor memory on the host: the device's pinned host buffer type when it
+    /// has one (fast, async-capable uploads), else plain RAM.
+    pub fn allocate_host(&self, backend: &Backend, what: &str) -> Result<(), GgmlError> {
+        self.bind_with(|ctx| backend.alloc_context_host(ctx, what))
+    }
+
+    fn bind_with(
+        &self,
+        alloc: impl FnOnce(&Context) -> Result<Buffer, GgmlError>,
+    ) -> Result<(), GgmlError> {
+        let mut slot = self.buffer.borrow_mut();
+        if slot.is_some() {
+            return Err(GgmlError::Binding(
+                "the arena already has its memory".into(),
+            ));
+        }
+        *slot = Some(alloc(&self.ctx)?);
+        Ok(())
+    }
+
+    /// Whether the tensors have their memory.
+    pub fn is_allocated(&self) -> bool {
+        self.buffer.borrow().is_some()
+    }
+
+    /// Bytes of the arena's buffer (0 before [`Arena::allocate`]).
+    pub fn buffer_size(&self) -> usize {
+        self.buffer.borrow().as_ref().map_or(0, Buffer::size)
     }
 }
 

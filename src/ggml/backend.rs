@@ -170,8 +170,10 @@ impl Backend {
         self.raw.as_ptr()
     }
 
-    /// Allocates backend memory for every tensor of `ctx` that has none yet.
-    pub fn alloc_context(&self, ctx: &Context, what: &str) -> Result<Buffer, GgmlError> {
+    /// Allocates backend memory for every tensor of `ctx` that has none yet. Only
+    /// [`super::Arena`] calls this: it keeps the buffer with the context, so the tensors
+    /// never outlive their memory.
+    pub(super) fn alloc_context(&self, ctx: &Context, what: &str) -> Result<Buffer, GgmlError> {
         let bytes: usize = ctx.tensors().iter().map(|t| t.n_bytes()).sum();
         // SAFETY: live context and backend; returns null on allocation failure.
         let raw = unsafe { sys::ggml_backend_alloc_ctx_tensors(ctx.raw(), self.raw()) };
@@ -186,9 +188,17 @@ impl Backend {
         }
     }
 
-    /// Runs a graph whose tensors are all allocated.
+    /// Runs a graph. Every node and every tensor it reads must have memory that is still
+    /// bound (see [`Tensor::check_bound`]); otherwise this returns an error naming the tensor
+    /// instead of letting the kernels read freed or missing memory.
     pub fn compute<G: ComputeGraph>(&self, graph: &G) -> Result<(), GgmlError> {
-        // SAFETY: live backend and graph; all tensors were allocated by the caller.
+        for node in graph_nodes(graph) {
+            node.check_bound()?;
+            for src in node.srcs() {
+                src.check_bound()?;
+            }
+        }
+        // SAFETY: live backend and graph; every tensor it touches was checked to be bound.
         let status = unsafe { sys::ggml_backend_graph_compute(self.raw(), sealed_ptr(graph)) };
         if status == sys::GGML_STATUS_SUCCESS {
             Ok(())
@@ -239,7 +249,11 @@ impl Backend {
 
     /// Allocates host memory for every tensor of `ctx` that has none yet: the device's
     /// pinned host buffer type when it has one (fast, async-capable uploads), else plain RAM.
-    pub fn alloc_context_host(&self, ctx: &Context, what: &str) -> Result<Buffer, GgmlError> {
+    pub(super) fn alloc_context_host(
+        &self,
+        ctx: &Context,
+        what: &str,
+    ) -> Result<Buffer, GgmlError> {
         let bytes: usize = ctx.tensors().iter().map(|t| t.n_bytes()).sum();
         // SAFETY: registry device; returns null when the device has no host buffer type.
         let mut buft = unsafe { sys::ggml_backend_dev_host_buffer_type(self.dev) };
@@ -273,20 +287,32 @@ impl Backend {
             .sum()
     }
 
-    /// One device buffer for `tensors` (none may have memory yet, none may be a view), and
-    /// binds each of them into it.
-    pub fn alloc_tensors(&self, tensors: &[Tensor<'_>], what: &str) -> Result<Buffer, GgmlError> {
-        let (buffer, offsets) = self.alloc_for(tensors, what)?;
-        for (t, off) in tensors.iter().zip(offsets) {
-            if t.has_data() || t.view_base().is_some() {
+    /// One device buffer for `tensors` (none may have memory yet, none may be a view), each
+    /// bound into it. The tensors lose their memory again when the returned buffer is dropped,
+    /// which the lifetime keeps from happening after their context is gone.
+    pub fn alloc_tensors<'t>(
+        &self,
+        tensors: &[Tensor<'t>],
+        what: &str,
+    ) -> Result<BoundBuffer<'t>, GgmlError> {
+        for t in tensors {
+            if t.has_data() || t.view_base().is_some() || t.is_allocated() {
                 return Err(GgmlError::Binding(format!(
                     "{what}: tensor '{}' already has memory",
                     t.name()
                 )));
             }
-            buffer.bind(*t, off)?;
         }
-        Ok(buffer)
+        let (buffer, offsets) = self.alloc_for(tensors, what)?;
+        let mut bound = BoundBuffer {
+            buffer,
+            tensors: Vec::with_capacity(tensors.len()),
+        };
+        for (t, off) in tensors.iter().zip(offsets) {
+            bound.buffer.bind(*t, off)?;
+            bound.tensors.push(*t);
+        }
+        Ok(bound)
     }
 
     /// A device buffer sized for `tensors` and each one's offset in it.
@@ -330,13 +356,14 @@ impl Drop for Backend {
     }
 }
 
-/// A backend memory buffer; tensors allocated in it stay valid while it lives.
-pub struct Buffer {
+/// A backend memory buffer. Owned by whatever owns the tensors bound into it ([`super::Arena`],
+/// [`BoundBuffer`]), never handed out alone.
+pub(super) struct Buffer {
     raw: NonNull<sys::ggml_backend_buffer>,
 }
 
 impl Buffer {
-    fn empty(backend: &Backend) -> Result<Self, GgmlError> {
+    pub(super) fn empty(backend: &Backend) -> Result<Self, GgmlError> {
         // SAFETY: live backend; a zero-size buffer is valid in ggml.
         let raw = unsafe {
             sys::ggml_backend_buft_alloc_buffer(
@@ -384,6 +411,28 @@ impl Drop for Buffer {
     }
 }
 
+/// Memory for some tensors of a graph context (graph-cut hand-over tensors): the tensors are
+/// bound to it while it lives and unbound when it is dropped, so no handle can reach the freed
+/// memory (a read then fails with an error; a graph that uses them refuses to run).
+pub struct BoundBuffer<'t> {
+    buffer: Buffer,
+    tensors: Vec<Tensor<'t>>,
+}
+
+impl BoundBuffer<'_> {
+    pub fn size(&self) -> usize {
+        self.buffer.size()
+    }
+}
+
+impl Drop for BoundBuffer<'_> {
+    fn drop(&mut self) {
+        for t in &self.tensors {
+            t.unbind();
+        }
+    }
+}
+
 /// ggml's graph allocator: places a graph's intermediate tensors in one reusable buffer.
 pub struct Gallocr {
     raw: NonNull<sys::ggml_gallocr>,
@@ -424,17 +473,46 @@ impl Gallocr {
         }
     }
 
-    /// Allocates every unallocated tensor of `graph`.
-    pub fn alloc<G: ComputeGraph>(&mut self, graph: &G) -> Result<(), GgmlError> {
+    /// Allocates every tensor of `graph` that has no memory yet in this allocator's buffer.
+    /// The returned guard keeps the allocator borrowed (no other graph can take the buffer
+    /// meanwhile) and unbinds those tensors when dropped, so none of them can reach the
+    /// buffer after it was reused or freed.
+    pub fn alloc<'a, G: ComputeGraph>(
+        &'a mut self,
+        graph: &'a G,
+    ) -> Result<Allocation<'a>, GgmlError> {
+        // Tensors without a buffer now are the ones this allocation binds; of those, the
+        // ones whose storage also had none live in this allocator's buffer.
+        let mut unbound = std::collections::HashSet::new();
+        let mut touched = Vec::new();
+        for node in graph_nodes(graph) {
+            for t in std::iter::once(node).chain(node.srcs()) {
+                for u in std::iter::once(t).chain(t.view_base()) {
+                    if !u.is_allocated() && unbound.insert(u.id()) {
+                        touched.push(u);
+                    }
+                }
+            }
+        }
         // SAFETY: live allocator and graph.
         let ok = unsafe { sys::ggml_gallocr_alloc_graph(self.raw.as_ptr(), sealed_ptr(graph)) };
+        let tensors: Vec<NonNull<sys::ggml_tensor>> = touched
+            .into_iter()
+            .filter(|t| unbound.contains(&t.storage().id()))
+            .filter_map(|t| NonNull::new(t.raw()))
+            .collect();
+        let guard = Allocation {
+            _galloc: self,
+            tensors,
+            _graph: std::marker::PhantomData,
+        };
         if ok {
-            Ok(())
+            Ok(guard)
         } else {
             Err(GgmlError::OutOfMemory {
-                device: self.device.clone(),
+                device: guard._galloc.device.clone(),
                 what: "compute buffer".into(),
-                bytes: self.buffer_size(),
+                bytes: guard._galloc.buffer_size(),
             })
         }
     }
@@ -469,4 +547,45 @@ impl Drop for Gallocr {
         // SAFETY: we own the allocator and free it exactly once.
         unsafe { sys::ggml_gallocr_free(self.raw.as_ptr()) }
     }
+}
+
+/// A graph's tensors bound into a [`Gallocr`]'s buffer (see [`Gallocr::alloc`]); unbound
+/// again on drop.
+pub struct Allocation<'a> {
+    _galloc: &'a mut Gallocr,
+    /// Tensors whose memory is in the allocator's buffer (the graph, borrowed for 'a, keeps
+    /// them alive).
+    tensors: Vec<NonNull<sys::ggml_tensor>>,
+    _graph: std::marker::PhantomData<&'a ()>,
+}
+
+impl Allocation<'_> {
+    /// Bytes of the allocator's buffer.
+    pub fn buffer_size(&self) -> usize {
+        self._galloc.buffer_size()
+    }
+}
+
+impl Drop for Allocation<'_> {
+    fn drop(&mut self) {
+        for &t in &self.tensors {
+            // SAFETY: the graph these tensors belong to is borrowed for the guard's lifetime.
+            unsafe {
+                let t = &mut *t.as_ptr();
+                t.buffer = std::ptr::null_mut();
+                t.data = std::ptr::null_mut();
+            }
+        }
+    }
+}
+
+/// The nodes of a graph or sub-graph, in execution order.
+fn graph_nodes<'g, G: ComputeGraph>(graph: &'g G) -> impl Iterator<Item = Tensor<'g>> + 'g {
+    let raw = sealed_ptr(graph);
+    // SAFETY: live graph borrowed for 'g.
+    let n = unsafe { sys::ggml_graph_n_nodes(raw) };
+    (0..n).filter_map(move |i| {
+        // SAFETY: index within the node count of the live graph.
+        NonNull::new(unsafe { sys::ggml_graph_node(raw, i) }).map(Tensor::from_raw)
+    })
 }

@@ -61,8 +61,10 @@ impl Context {
         self.wrap(unsafe { sys::ggml_new_tensor(self.raw(), ty.raw(), 4, ne64.as_ptr()) })
     }
 
-    /// Iterates the tensors created in this context, in creation order.
-    pub fn tensors(&self) -> Vec<Tensor<'_>> {
+    /// Iterates the tensors created in this context, in creation order. Private to ggml: a
+    /// graph context's tensors may be views of shorter-lived memory, which the lifetimes of
+    /// the handles ops return keep track of, and this iteration would forget.
+    pub(super) fn tensors(&self) -> Vec<Tensor<'_>> {
         let mut out = Vec::new();
         // SAFETY: iteration over the live context's object list.
         let mut t = unsafe { sys::ggml_get_first_tensor(self.raw()) };
@@ -184,17 +186,49 @@ impl<'c> Tensor<'c> {
         !self.get().buffer.is_null()
     }
 
+    /// Checks that the tensor's memory is bound and, for a view, that it still aliases its
+    /// base where the base is now (a base can move: offloaded weights, re-allocated graphs).
+    /// Every owner of memory unbinds its tensors when it lets the memory go, so a bound
+    /// tensor's memory is live.
+    pub fn check_bound(self) -> Result<(), GgmlError> {
+        let t = self.get();
+        if t.buffer.is_null() || t.data.is_null() {
+            return Err(GgmlError::Unbound(self.name()));
+        }
+        if let Some(base) = self.view_base() {
+            let b = base.get();
+            let expected = (b.data as usize).wrapping_add(t.view_offs);
+            if b.buffer != t.buffer || b.data.is_null() || t.data as usize != expected {
+                return Err(GgmlError::Unbound(format!(
+                    "{} (a view of '{}', which has moved or lost its memory)",
+                    self.name(),
+                    base.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the tensor's binding to its memory (its owner is freeing that memory).
+    pub(super) fn unbind(self) {
+        // SAFETY: live tensor (lifetime 'c); only the binding fields change.
+        let t = unsafe { &mut *self.raw() };
+        t.buffer = std::ptr::null_mut();
+        t.data = std::ptr::null_mut();
+    }
+
     /// Copies `bytes` into the tensor's backend memory.
     pub fn write_bytes(self, bytes: &[u8]) -> Result<(), GgmlError> {
+        self.check_bound()?;
         let n = self.n_bytes();
-        if bytes.len() != n || !self.is_allocated() {
+        if bytes.len() != n {
             return Err(GgmlError::DataSize {
                 name: self.name(),
                 expected: n,
                 got: bytes.len(),
             });
         }
-        // SAFETY: the tensor is allocated and `bytes` has exactly its byte size.
+        // SAFETY: the tensor's memory is bound and live, and `bytes` has exactly its size.
         unsafe { sys::ggml_backend_tensor_set(self.raw(), bytes.as_ptr().cast(), 0, n) };
         Ok(())
     }
@@ -213,16 +247,10 @@ impl<'c> Tensor<'c> {
 
     /// Reads the tensor's bytes back from backend memory.
     pub fn read_bytes(self) -> Result<Vec<u8>, GgmlError> {
+        self.check_bound()?;
         let n = self.n_bytes();
-        if !self.is_allocated() {
-            return Err(GgmlError::DataSize {
-                name: self.name(),
-                expected: n,
-                got: 0,
-            });
-        }
         let mut out = vec![0u8; n];
-        // SAFETY: the tensor is allocated and `out` has exactly its byte size.
+        // SAFETY: the tensor's memory is bound and live, and `out` has exactly its size.
         unsafe { sys::ggml_backend_tensor_get(self.raw(), out.as_mut_ptr().cast(), 0, n) };
         Ok(out)
     }

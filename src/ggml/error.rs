@@ -24,6 +24,8 @@ pub enum GgmlError {
         expected: usize,
         got: usize,
     },
+    #[error("tensor '{0}' has no memory bound (never allocated, or its memory was released)")]
+    Unbound(String),
     #[error("tensor memory binding: {0}")]
     Binding(String),
     #[error("tensor '{name}' has type {ty}, which cannot be read back as f32")]

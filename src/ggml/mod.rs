@@ -20,10 +20,12 @@ mod sys;
 mod types;
 
 pub use arena::{Arena, ReplicaId};
-pub use backend::{list_devices, Backend, BackendChoice, Buffer, DeviceInfo, DeviceKind, Gallocr};
+pub use backend::{
+    list_devices, Allocation, Backend, BackendChoice, BoundBuffer, DeviceInfo, DeviceKind, Gallocr,
+};
 pub use context::{Context, Ne, Tensor};
 pub use error::GgmlError;
-pub use gemm::{blocked_gemm_available, BlockedOp};
+pub use gemm::{blocked_gemm_available, BlockedOp, CpuKernels};
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;
 pub use logging::set_verbose;
@@ -33,3 +35,6 @@ pub use quant::{dequantize_rows, quantize_rows, QuantizeError};
 
 /// ggml's limit on tensor names (the C struct holds 64 bytes including the terminator).
 pub const MAX_NAME_LEN: usize = 63;
+
+#[cfg(test)]
+mod binding_tests;

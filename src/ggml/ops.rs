@@ -308,18 +308,18 @@ impl Context {
         dilation: (usize, usize),
         direct: bool,
     ) -> Tensor<'c> {
-        self.conv_2d_on(kernel, x, (stride, pad, dilation), direct, false)
+        self.conv_2d_on(kernel, x, (stride, pad, dilation), direct, None)
     }
 
-    /// [`Context::conv_2d`]; with `blocked` (graphs computed on the CPU), an f32 kernel's
-    /// patch product runs through the blocked kernels (`ggml::gemm`) when they take it.
+    /// [`Context::conv_2d`]; with the CPU kernels (graphs computed on the CPU), an f32
+    /// kernel's patch product runs through them (`ggml::gemm`) when they take it.
     pub fn conv_2d_on<'c>(
         &'c self,
         kernel: Tensor<'c>,
         x: Tensor<'c>,
         (stride, pad, dilation): ((usize, usize), (usize, usize), (usize, usize)),
         direct: bool,
-        blocked: bool,
+        cpu_kernels: Option<super::CpuKernels>,
     ) -> Tensor<'c> {
         let (s0, s1) = (stride.0 as i32, stride.1 as i32);
         let (p0, p1) = (pad.0 as i32, pad.1 as i32);
@@ -357,9 +357,9 @@ impl Context {
         let [k, ow, oh, n] = col.ne();
         let col2 = self.reshape(col, [k, ow * oh * n, 1, 1]);
         let ker2 = self.reshape(kernel, [kw * kh * ic, oc, 1, 1]);
-        if blocked && col_ty == DType::F32 {
+        if let Some(kernels) = cpu_kernels.filter(|_| col_ty == DType::F32) {
             // The kernel as the weight, patches as the tokens: [OC, OW, OH, N] out.
-            if let Some(y) = self.blocked_linear(ker2, col2, None) {
+            if let Some(y) = kernels.linear(self, ker2, col2, None) {
                 let y = self.reshape(y, [oc, ow, oh, n]);
                 return self.cont(self.permute(y, [2, 0, 1, 3]));
             }

@@ -6,12 +6,14 @@ use super::sys;
 use crate::dtype::DType;
 
 impl DType {
-    /// The ggml id as ggml's C enum.
+    /// The ggml id as ggml's C enum (whose integer type differs between platforms).
+    #[allow(clippy::unnecessary_cast)]
     pub(super) fn raw(self) -> sys::ggml_type {
         self.id() as sys::ggml_type
     }
 
     /// The type with ggml's raw id `raw` (`None` for ids ggml retired or does not know).
+    #[allow(clippy::unnecessary_cast)]
     pub(super) fn from_raw(raw: sys::ggml_type) -> Option<DType> {
         DType::from_id(raw as u32)
     }

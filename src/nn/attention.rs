@@ -25,12 +25,13 @@ pub fn attention<'g>(
     let n_kv = k.ne()[1];
     let head_dim = dim / heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    if g.blocked_gemm() {
+    if let Some(kernels) = g.cpu_kernels() {
         // CPU: heads read in place by the blocked kernels (exact, f32; like `--fa`, no score
         // matrix beyond one query block per thread), when they take it. Faster than ggml's
         // fused kernel, so `--fa` takes this too.
         let c = |t: Tensor<'g>| if t.is_contiguous() { t } else { g.cont(t) };
-        if let Some(out) = g.blocked_attention(c(q), c(k), c(v), heads, mask.map(|m| m.0), scale) {
+        let mask = mask.map(|m| m.0);
+        if let Some(out) = kernels.attention(g.ctx(), c(q), c(k), c(v), heads, mask, scale) {
             return out;
         }
     }

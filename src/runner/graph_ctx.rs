@@ -3,10 +3,10 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 
-use super::cache::NamedCache;
+use super::cache::{CacheStores, NamedCache};
 use super::weights::{ModelWeights, Param};
 use crate::dtype::DType;
-use crate::ggml::{Context, Graph, Ne, Tensor};
+use crate::ggml::{Context, CpuKernels, Graph, Ne, Tensor};
 
 pub(crate) enum InputData {
     F32(Vec<f32>),
@@ -33,12 +33,13 @@ pub struct GraphCtx<'g> {
     cache: &'g NamedCache,
     pub(crate) inputs: RefCell<Vec<(Tensor<'g>, String, InputData)>>,
     pub(crate) cuts: RefCell<Vec<(Tensor<'g>, CutMark)>>,
-    pub(crate) stores: RefCell<Vec<(Tensor<'g>, String)>>,
+    /// Destinations of this graph's cache stores.
+    stores: &'g CacheStores,
     flash_attn: bool,
     /// Exact attention may use ggml's fused kernel with f32 K/V (the CPU backend has it).
     fused_f32_attention: bool,
-    /// Weight products may use the blocked AVX-512 kernels (CPU backend only).
-    blocked_gemm: bool,
+    /// The blocked CPU kernels, when the graph runs on the CPU backend and may use them.
+    cpu_kernels: Option<CpuKernels>,
     /// The graph being built, when the runner made it first: cache stores are scheduled
     /// into it as they are registered, so they run (and free their sources) in their own
     /// block's segment instead of at the graph's end.
@@ -57,6 +58,7 @@ impl<'g> GraphCtx<'g> {
         ctx: &'g Context,
         weights: Option<&'g ModelWeights>,
         cache: &'g NamedCache,
+        stores: &'g CacheStores,
         flash_attn: bool,
     ) -> Self {
         Self {
@@ -65,10 +67,10 @@ impl<'g> GraphCtx<'g> {
             cache,
             inputs: RefCell::new(Vec::new()),
             cuts: RefCell::new(Vec::new()),
-            stores: RefCell::new(Vec::new()),
+            stores,
             flash_attn,
             fused_f32_attention: false,
-            blocked_gemm: false,
+            cpu_kernels: None,
             graph: None,
         }
     }
@@ -81,23 +83,23 @@ impl<'g> GraphCtx<'g> {
         self
     }
 
-    /// Lets weight products run through the blocked CPU kernels (`ggml::gemm`) where they
-    /// take the product; only graphs computed on the CPU backend turn this on.
-    pub(crate) fn with_blocked_gemm(mut self, on: bool) -> Self {
-        self.blocked_gemm = on;
+    /// Lets weight products, f32 convolutions and attention run through the blocked CPU
+    /// kernels (`ggml::gemm`) where they take them; only a CPU backend gives the token.
+    pub(crate) fn with_cpu_kernels(mut self, kernels: Option<CpuKernels>) -> Self {
+        self.cpu_kernels = kernels;
         self
     }
 
-    /// Whether the blocked CPU kernels (`ggml::gemm`) may be used in this graph.
-    pub fn blocked_gemm(&self) -> bool {
-        self.blocked_gemm
+    /// The blocked CPU kernels, when this graph may use them.
+    pub fn cpu_kernels(&self) -> Option<CpuKernels> {
+        self.cpu_kernels
     }
 
     /// `x W^T (+ bias)` for a weight `w` [in, out]: the blocked CPU kernels when they are on
     /// and take this product, else ggml's `mul_mat` (and `add`).
     pub fn linear(&self, w: Tensor<'g>, x: Tensor<'g>, bias: Option<Tensor<'g>>) -> Tensor<'g> {
-        if self.blocked_gemm {
-            if let Some(y) = self.ctx.blocked_linear(w, x, bias) {
+        if let Some(kernels) = self.cpu_kernels {
+            if let Some(y) = kernels.linear(self.ctx, w, x, bias) {
                 return y;
             }
         }
@@ -119,13 +121,8 @@ impl<'g> GraphCtx<'g> {
         dilation: (usize, usize),
         direct: bool,
     ) -> Tensor<'g> {
-        self.ctx.conv_2d_on(
-            kernel,
-            x,
-            (stride, pad, dilation),
-            direct,
-            self.blocked_gemm,
-        )
+        self.ctx
+            .conv_2d_on(kernel, x, (stride, pad, dilation), direct, self.cpu_kernels)
     }
 
     /// Schedules cache stores into `graph` as they are registered.
@@ -213,37 +210,22 @@ impl<'g> GraphCtx<'g> {
         self.cache.get(name)
     }
 
-    /// Saves `t`'s value in the runner's named cache under `name` once the graph has run.
-    ///
-    /// A view (e.g. a reshape) is copied first: the allocator would otherwise reuse its
-    /// source's memory before the value is read back.
-    pub fn cache_store(&self, name: &str, t: Tensor<'g>) {
-        let t = if t.is_view() || !t.is_contiguous() {
-            self.ctx.cont(t)
-        } else {
-            t
-        };
-        if let Some(graph) = self.graph {
-            graph.expand(t);
-        }
-        self.stores
-            .borrow_mut()
-            .push((t.mark_output(), name.to_string()));
+    /// Saves `t`'s value in the runner's named cache under `name` (the graph copies it into a
+    /// cache tensor on the device). Returns the stored copy, which later ops may read.
+    pub fn cache_store(&self, name: &str, t: Tensor<'g>) -> Tensor<'g> {
+        self.cache_store_as(name, t, t.ty())
     }
 
-    /// Like [`GraphCtx::cache_store`], but converts `t` to storage type `ty` first (a float
-    /// type, or a quantized type whose block size divides `t`'s rows). Returns the stored
-    /// tensor (e.g. to mark it as a cut).
+    /// Like [`GraphCtx::cache_store`], converting `t` to storage type `ty` on the way (a
+    /// float type, or a quantized type whose block size divides `t`'s rows).
     pub fn cache_store_as(&self, name: &str, t: Tensor<'g>, ty: DType) -> Tensor<'g> {
-        let t = if t.ty() != ty {
-            self.ctx.cast(t, ty)
-        } else if !t.is_contiguous() || t.is_view() {
-            self.ctx.cont(t)
-        } else {
-            t
-        };
-        self.cache_store(name, t);
-        t
+        let stored = self.stores.store(self.ctx, name, t, ty);
+        if let Some(graph) = self.graph {
+            // Scheduled here, so the copy runs (and frees its source) in its own block's
+            // segment instead of at the graph's end.
+            graph.expand(stored);
+        }
+        stored
     }
 
     /// Whether the runner's named cache holds `name` (entries stored by earlier calls).

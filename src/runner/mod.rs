@@ -27,6 +27,7 @@ pub use weights::{convert_f32, ModelWeights, Param, Storage, WeightBuilder, Weig
 
 use crate::dtype::DType;
 use crate::ggml::{Backend, Context, Gallocr, Graph, Ne, Tensor};
+use cache::CacheStores;
 use graph_ctx::InputData;
 
 /// Nodes a graph may hold; generous enough for a whole DiT or VAE decoder.
@@ -195,7 +196,8 @@ impl Runner {
         self.cache.borrow().info(name)
     }
 
-    /// Builds a graph with `build`, runs it, and returns its outputs in order as f32.
+    /// Builds a graph with `build`, runs it, and returns its outputs in order as f32. Cache
+    /// stores the graph made become entries of the runner's cache once it has run.
     pub fn compute<F>(&self, build: F) -> Result<Vec<HostTensor>, RunnerError>
     where
         F: for<'g> FnOnce(&'g GraphCtx<'g>) -> Vec<Tensor<'g>>,
@@ -203,10 +205,10 @@ impl Runner {
         let start = Instant::now();
         let size = self.options.graph_size;
         let ctx = Context::new(size * 2 + 64, size)?;
-        let (results, pending) = self.run_graph(&ctx, build)?;
-        let mut cache = self.cache.borrow_mut();
-        for (ty, ne, bytes, name) in pending {
-            cache.put(&self.backend, &name, ty, ne, &bytes)?;
+        let stores = CacheStores::default();
+        let results = self.run_graph(&ctx, &stores, build)?;
+        if !stores.is_empty() {
+            self.cache.borrow_mut().insert(stores);
         }
         log::trace!(
             "{}: computed in {:.3}s",
@@ -216,24 +218,33 @@ impl Runner {
         Ok(results)
     }
 
-    #[allow(clippy::type_complexity)]
     fn run_graph<F>(
         &self,
         ctx: &Context,
+        stores: &CacheStores,
         build: F,
-    ) -> Result<(Vec<HostTensor>, Vec<(DType, Ne, Vec<u8>, String)>), RunnerError>
+    ) -> Result<Vec<HostTensor>, RunnerError>
     where
         F: for<'g> FnOnce(&'g GraphCtx<'g>) -> Vec<Tensor<'g>>,
     {
         let size = self.options.graph_size;
         let cache = self.cache.borrow();
         let graph = Graph::new(ctx, size);
-        let g = GraphCtx::new(ctx, self.weights.as_ref(), &cache, self.options.flash_attn)
-            .with_fused_f32_attention(self.backend.is_cpu())
-            .with_blocked_gemm(
-                self.options.blocked_kernels && self.backend.is_cpu() && blocked_gemm_wanted(),
-            )
-            .with_graph(&graph);
+        let kernels = if self.options.blocked_kernels && blocked_gemm_wanted() {
+            self.backend.cpu_kernels()
+        } else {
+            None
+        };
+        let g = GraphCtx::new(
+            ctx,
+            self.weights.as_ref(),
+            &cache,
+            stores,
+            self.options.flash_attn,
+        )
+        .with_fused_f32_attention(self.backend.is_cpu())
+        .with_cpu_kernels(kernels)
+        .with_graph(&graph);
         let outputs = build(&g);
         // Outputs are made contiguous f32 so they read back in one copy.
         let outputs: Vec<Tensor<'_>> = outputs
@@ -257,15 +268,25 @@ impl Runner {
         for &t in &outputs {
             graph.expand(t);
         }
-        let stores: Vec<(Tensor<'_>, String)> = g.stores.borrow().clone();
-        for (t, _) in &stores {
-            graph.expand(*t);
-        }
+        stores.check()?;
+        // The cache destinations get their memory before the graph is planned, so they count
+        // as held memory like the rest of the cache.
+        let store_bytes = stores.allocate(&self.backend, &self.name)?;
+        let read = || -> Result<Vec<HostTensor>, crate::ggml::GgmlError> {
+            outputs
+                .iter()
+                .map(|t| {
+                    Ok(HostTensor {
+                        ne: t.ne(),
+                        data: t.read_f32()?,
+                    })
+                })
+                .collect()
+        };
 
-        let _executed = if self.plans() {
-            let mut ends = outputs.clone();
-            ends.extend(stores.iter().map(|(t, _)| *t));
-            let done = graph_cut::execute(self, &g, &graph, &ends, cache.bytes())?;
+        let results = if self.plans() {
+            let held = cache.bytes() + store_bytes;
+            let results = graph_cut::execute(self, &g, &graph, &outputs, held, read)?;
             if let Some(r) = self.report.borrow().as_ref() {
                 let c = r
                     .segments
@@ -275,24 +296,23 @@ impl Runner {
                     .unwrap_or(0);
                 self.last_compute_bytes.set(c);
             }
-            Some(done)
+            results
         } else {
             let mut galloc_slot = self.gallocr.borrow_mut();
-            if galloc_slot.is_none() {
-                *galloc_slot = Some(Gallocr::new(&self.backend)?);
-            }
             // Measure with a throwaway allocator: measuring marks an allocator as reserved
             // without giving it memory, so the one that allocates must not be the one measured.
             let needed = Gallocr::new(&self.backend)?.measure(&graph);
-            let mut galloc = galloc_slot.as_mut().expect("allocator just created");
-            if galloc.buffer_size() > needed.saturating_mul(2) {
-                // A much smaller graph than before (e.g. after a retry with smaller tiles):
-                // start over so the oversized buffer is released.
+            let oversized = galloc_slot
+                .as_ref()
+                .is_some_and(|a| a.buffer_size() > needed.saturating_mul(2));
+            if galloc_slot.is_none() || oversized {
+                // (A much smaller graph than before, e.g. after a retry with smaller tiles:
+                // start over so the oversized buffer is released.)
                 *galloc_slot = Some(Gallocr::new(&self.backend)?);
-                galloc = galloc_slot.as_mut().expect("allocator just created");
             }
-            galloc.alloc(&graph)?;
-            self.last_compute_bytes.set(galloc.buffer_size());
+            let galloc = galloc_slot.as_mut().expect("allocator just created");
+            let allocation = galloc.alloc(&graph)?;
+            self.last_compute_bytes.set(allocation.buffer_size());
             for (t, name, data) in g.inputs.borrow().iter() {
                 if t.is_allocated() {
                     write_input(*t, name, data)?;
@@ -303,22 +323,12 @@ impl Runner {
             } else {
                 self.backend.compute(&graph)?;
             }
-            None
+            let results = read()?;
+            drop(allocation);
+            results
         };
-
-        let mut results = Vec::with_capacity(outputs.len());
-        for t in &outputs {
-            results.push(HostTensor {
-                ne: t.ne(),
-                data: t.read_f32()?,
-            });
-        }
-        let pending = stores
-            .iter()
-            .map(|(t, name)| Ok((t.ty(), t.ne(), t.read_bytes()?, name.clone())))
-            .collect::<Result<Vec<_>, crate::ggml::GgmlError>>()?;
         log::trace!("{}: graph of {} nodes", self.name, graph.n_nodes());
-        Ok((results, pending))
+        Ok(results)
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::error::RunnerError;
 use super::source::WeightSource;
 use crate::dtype::DType;
-use crate::ggml::{quantize_rows, Arena, Backend, Buffer, Ne, Tensor};
+use crate::ggml::{quantize_rows, Arena, Backend, Ne, Tensor};
 
 /// Index of a declared weight inside its [`ModelWeights`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,17 +97,17 @@ impl<'s> WeightLoader<'s> {
     ) -> Result<ModelWeights, RunnerError> {
         let start = Instant::now();
         let decls = self.decls.into_inner();
-        let mut arena = Arena::new(decls.len().max(1))?;
+        let arena = Arena::new(decls.len().max(1))?;
         for d in &decls {
             arena
                 .add(d.ty, d.ne, &d.name)
                 .ok_or_else(|| RunnerError::Internal("weight arena full".into()))?;
         }
-        let buffer = if offload {
-            backend.alloc_context_host(arena.context(), what)?
+        if offload {
+            arena.allocate_host(backend, what)?;
         } else {
-            backend.alloc_context(arena.context(), what)?
-        };
+            arena.allocate(backend, what)?;
+        }
         let mut bytes_total = 0usize;
         for (i, d) in decls.iter().enumerate() {
             let t = arena.get(i);
@@ -125,7 +125,6 @@ impl<'s> WeightLoader<'s> {
         let index = (0..arena.len()).map(|i| (arena.get(i).id(), i)).collect();
         Ok(ModelWeights {
             arena,
-            _buffer: buffer,
             names: decls.into_iter().map(|d| d.name).collect(),
             bytes: bytes_total,
             offloaded: offload,
@@ -324,10 +323,9 @@ impl<'l, 's> WeightBuilder<'l, 's> {
 
 /// A model's weights, in one backend buffer (or one host buffer when offloaded).
 pub struct ModelWeights {
-    // Declared before the buffer: the arena releases device replicas (re-binding its
-    // tensors to host memory) before the host buffer goes.
+    /// The weights and their memory (the arena releases device replicas, re-binding its
+    /// tensors to host memory, before its own buffer goes).
     arena: Arena,
-    _buffer: Buffer,
     names: Vec<String>,
     bytes: usize,
     offloaded: bool,

@@ -30,13 +30,15 @@ const MAX_HEAD_ELEMENTS: usize = 2 << 20;
 const PARAM_HEADS: usize = 8;
 const PARAM_SCALE: usize = 9;
 
-impl Context {
+impl super::CpuKernels {
     /// softmax(q kᵀ · scale + mask) v for each of `heads` heads, like `attention` in
     /// `nn/attention.rs` with its f32 path: q [heads · d, n_q, B], k/v [heads · d, n_kv, B]
     /// (f32, contiguous), mask [n_kv, n_q] f32 (0 / −inf, broadcast over heads and batch).
     /// `None` when the CPU lacks AVX-512 or the shapes are not these.
-    pub fn blocked_attention<'c>(
-        &'c self,
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention<'c>(
+        self,
+        ctx: &'c Context,
         q: Tensor<'c>,
         k: Tensor<'c>,
         v: Tensor<'c>,
@@ -74,7 +76,7 @@ impl Context {
         // writes the f32 [dim, n_q, B] result ggml allocates for the node.
         let out = unsafe {
             sys::ggml_custom_4d(
-                self.raw(),
+                ctx.raw(),
                 DType::F32.raw(),
                 dim as i64,
                 n_q as i64,
@@ -92,7 +94,7 @@ impl Context {
             (*out).op_params[PARAM_HEADS] = heads as i32;
             (*out).op_params[PARAM_SCALE] = scale.to_bits() as i32;
         }
-        Some(self.wrap(out))
+        Some(ctx.wrap(out))
     }
 }
 
@@ -115,7 +117,7 @@ struct Heads<'a> {
 }
 
 /// # Safety
-/// `dst` is a node built by [`Context::blocked_attention`], its sources allocated in host
+/// `dst` is a node built by [`super::CpuKernels::attention`], its sources allocated in host
 /// memory, on a CPU with AVX-512F.
 pub(super) unsafe extern "C" fn compute(
     dst: *mut sys::ggml_tensor,
@@ -186,7 +188,8 @@ impl Heads<'_> {
             k: self.dim,
         };
         let k_len = self.n_kv.div_ceil(NR) * self.hd * NR;
-        pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len));
+        // SAFETY: this op is only built for CPUs with AVX-512F (`CpuKernels`).
+        unsafe { pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len)) };
         let total = self.v_panels.iter().map(|p| p.width).sum::<usize>() * self.n_kv;
         let v = s.v.f32s(total);
         for p in &self.v_panels {

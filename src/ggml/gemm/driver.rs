@@ -31,7 +31,7 @@ struct Product<'a> {
     n: usize,
 }
 
-/// ggml's entry point for the node built by `Context::blocked_linear`.
+/// ggml's entry point for the node built by `CpuKernels::linear`.
 ///
 /// # Safety
 /// `dst` is that node: `src[0]` contiguous f32 activations, `src[1]` a contiguous 2-D weight
@@ -142,18 +142,21 @@ impl Product<'_> {
             let panels = chunk.len().div_ceil(NR);
             let len = panels * depth * NR;
             let k = self.k;
-            match self.w {
-                Weights::F32(data) => {
-                    pack::panels_f32(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
+            // SAFETY: this op is only built for CPUs with AVX-512F (`CpuKernels`).
+            unsafe {
+                match self.w {
+                    Weights::F32(data) => {
+                        pack::panels_f32(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
+                    }
+                    Weights::F16(data) => {
+                        pack::panels_f16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
+                    }
+                    Weights::Bf16(data) => {
+                        pack::panels_bf16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.u32s(len))
+                    }
+                    // Its own k-blocks: `k_block_q8`.
+                    Weights::Q8_0(_) => return,
                 }
-                Weights::F16(data) => {
-                    pack::panels_f16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
-                }
-                Weights::Bf16(data) => {
-                    pack::panels_bf16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.u32s(len))
-                }
-                // Its own k-blocks: `k_block_q8`.
-                Weights::Q8_0(_) => return,
             }
             for strip in 0..strips {
                 let r0 = rows.start + strip * MR;
@@ -171,7 +174,7 @@ impl Product<'_> {
                         },
                     };
                     let ws = p * depth * NR;
-                    // SAFETY: `blocked_linear` only builds this node when the CPU has the
+                    // SAFETY: `CpuKernels::linear` only builds this node when the CPU has the
                     // kernel's instructions; the strip's rows and the panel hold `depth`
                     // elements each; the tile lies inside this thread's part of the output.
                     unsafe {

@@ -30,6 +30,7 @@ mod q8;
 
 use std::os::raw::c_int;
 
+use super::backend::Backend;
 use super::context::{Context, Tensor};
 use super::sys;
 use crate::dtype::DType;
@@ -88,9 +89,9 @@ impl WeightKind {
 /// The blocked custom ops, as a graph node can be one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockedOp {
-    /// [`Context::blocked_linear`] (sources: activations, weight, bias).
+    /// [`CpuKernels::linear`] (sources: activations, weight, bias).
     Linear,
-    /// [`Context::blocked_attention`] (sources: q, k, v, mask).
+    /// [`CpuKernels::attention`] (sources: q, k, v, mask).
     Attention,
 }
 
@@ -124,19 +125,34 @@ impl BlockedOp {
     }
 }
 
-/// Whether [`Context::blocked_linear`] can take a weight of type `ty` on this CPU.
+/// Whether [`CpuKernels::linear`] can take a weight of type `ty` on this CPU.
 pub fn blocked_gemm_available(ty: DType) -> bool {
     WeightKind::of(ty).is_some_and(WeightKind::supported)
 }
 
-impl Context {
+/// The right to put the blocked CPU kernels into a graph. They are ggml custom ops that read
+/// and write host memory, so only a CPU backend hands one out ([`Backend::cpu_kernels`]), and a
+/// graph for any other device cannot contain them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuKernels(());
+
+impl Backend {
+    /// The blocked CPU kernels, on the CPU backend of a CPU that has AVX-512F (the kernels
+    /// check the further instructions each weight type needs).
+    pub fn cpu_kernels(&self) -> Option<CpuKernels> {
+        (self.is_cpu() && WeightKind::F32.supported()).then_some(CpuKernels(()))
+    }
+}
+
+impl CpuKernels {
     /// `x W^T (+ bias)` like `mul_mat(w, x)` followed by `add(_, bias)`, through the blocked
     /// kernels; `None` when this product is not one they take (the caller then uses
-    /// `mul_mat`). Only for graphs computed on the CPU backend: the op reads host memory.
+    /// `mul_mat`).
     ///
     /// `w`: [k, m] (2-D, contiguous); `x`: [k, n, b2, b3] f32, contiguous; `bias`: [m] f32.
-    pub fn blocked_linear<'c>(
-        &'c self,
+    pub fn linear<'c>(
+        self,
+        ctx: &'c Context,
         w: Tensor<'c>,
         x: Tensor<'c>,
         bias: Option<Tensor<'c>>,
@@ -175,7 +191,7 @@ impl Context {
         // set here and writes the f32 [m, n, b2, b3] result ggml allocates for the node.
         let out = unsafe {
             sys::ggml_custom_4d(
-                self.raw(),
+                ctx.raw(),
                 DType::F32.raw(),
                 m as i64,
                 xn[1] as i64,
@@ -188,7 +204,7 @@ impl Context {
                 std::ptr::null_mut(),
             )
         };
-        Some(self.wrap(out))
+        Some(ctx.wrap(out))
     }
 }
 
@@ -209,10 +225,12 @@ fn op_fn() -> sys::ggml_custom_op_t {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-impl Context {
+impl CpuKernels {
     /// The blocked attention exists on x86-64 only.
-    pub fn blocked_attention<'c>(
-        &'c self,
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention<'c>(
+        self,
+        _ctx: &'c Context,
         _q: Tensor<'c>,
         _k: Tensor<'c>,
         _v: Tensor<'c>,

@@ -56,7 +56,10 @@ pub(super) fn bf16_bits(v: f32) -> u32 {
 }
 
 /// Weight rows `feats` (f32), columns `k0..k0 + kc`, into panels.
-pub(super) fn panels_f32(
+///
+/// # Safety
+/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+pub(super) unsafe fn panels_f32(
     w: &Rows<'_, f32>,
     feats: std::ops::Range<usize>,
     k0: usize,
@@ -64,7 +67,8 @@ pub(super) fn panels_f32(
     out: &mut [f32],
 ) {
     let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
-        fast.run(as_words_mut(out), |row| as_words(w.block(row, k0, kc)))
+        // SAFETY: AVX-512F, this function's own requirement.
+        unsafe { fast.run(as_words_mut(out), |row| as_words(w.block(row, k0, kc))) }
     });
     for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
         scatter(&w.block(row, k0, kc)[d0..], d0, col, panel);
@@ -72,7 +76,10 @@ pub(super) fn panels_f32(
 }
 
 /// Weight rows in f16 (bits), widened to f32 into panels.
-pub(super) fn panels_f16(
+///
+/// # Safety
+/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+pub(super) unsafe fn panels_f16(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
     k0: usize,
@@ -85,11 +92,14 @@ pub(super) fn panels_f16(
         halves.convert_to_f32_slice(&mut wide[..kc - from]);
     };
     let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
-        fast.run_staged(as_words_mut(out), kc, |first, staged| {
-            for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
-                widen(first + i, 0, as_floats_mut(dst));
-            }
-        })
+        // SAFETY: AVX-512F, this function's own requirement.
+        unsafe {
+            fast.run_staged(as_words_mut(out), kc, |first, staged| {
+                for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
+                    widen(first + i, 0, as_floats_mut(dst));
+                }
+            })
+        }
     });
     let mut wide = vec![0f32; kc];
     for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
@@ -99,7 +109,10 @@ pub(super) fn panels_f16(
 }
 
 /// Weight rows in bf16 (bits) into panels of k-pairs.
-pub(super) fn panels_bf16(
+///
+/// # Safety
+/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+pub(super) unsafe fn panels_bf16(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
     k0: usize,
@@ -119,7 +132,8 @@ pub(super) fn panels_bf16(
     let done = FullPanels::new(&feats, kc2, out.len())
         .filter(|_| aligned)
         .map_or((0, 0), |fast| {
-            fast.run(out, |row| pairs(row).unwrap_or(&[]))
+            // SAFETY: AVX-512F, this function's own requirement.
+            unsafe { fast.run(out, |row| pairs(row).unwrap_or(&[])) }
         });
     for_panel_rows(feats, kc2, NR, out, done, |row, col, panel, q0| {
         let tail = w.block(row, k0 + 2 * q0, kc - 2 * q0);
@@ -153,19 +167,26 @@ impl FullPanels {
     }
 
     /// `row(r)` gives weight row `r`'s `depth` words. Returns (panels, depth) filled.
-    fn run<'a>(self, out: &mut [u32], row: impl Fn(usize) -> &'a [u32]) -> (usize, usize) {
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    unsafe fn run<'a>(self, out: &mut [u32], row: impl Fn(usize) -> &'a [u32]) -> (usize, usize) {
         for p in 0..self.panels {
             for g in 0..NR / 16 {
                 let first = self.first + p * NR + g * 16;
                 let rows: [&[u32]; 16] = std::array::from_fn(|i| row(first + i));
-                self.block_rows(out, p, g, &rows);
+                // SAFETY: AVX-512F, this function's own requirement.
+                unsafe { self.block_rows(out, p, g, &rows) };
             }
         }
         (self.panels, self.full)
     }
 
     /// Like `run`, for rows produced 16 at a time into a staging buffer of `16 × width` words.
-    fn run_staged(
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    unsafe fn run_staged(
         self,
         out: &mut [u32],
         width: usize,
@@ -176,21 +197,24 @@ impl FullPanels {
             for g in 0..NR / 16 {
                 stage(self.first + p * NR + g * 16, &mut staged);
                 let rows: [&[u32]; 16] = std::array::from_fn(|i| &staged[i * width..]);
-                self.block_rows(out, p, g, &rows);
+                // SAFETY: AVX-512F, this function's own requirement.
+                unsafe { self.block_rows(out, p, g, &rows) };
             }
         }
         (self.panels, self.full)
     }
 
     /// Columns `16g..16g + 16` of panel `p` from 16 rows, over the whole 16-blocks of depth.
-    fn block_rows(&self, out: &mut [u32], p: usize, g: usize, rows: &[&[u32]; 16]) {
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    unsafe fn block_rows(&self, out: &mut [u32], p: usize, g: usize, rows: &[&[u32]; 16]) {
         let panel = &mut out[p * self.depth * NR..(p + 1) * self.depth * NR];
         for d0 in (0..self.full).step_by(16) {
             let src: [*const u32; 16] = std::array::from_fn(|i| rows[i][d0..d0 + 16].as_ptr());
             let dst = &mut panel[d0 * NR + g * 16..=(d0 + 15) * NR + g * 16 + 15];
-            // SAFETY: the packers run only inside the blocked op, built for CPUs with
-            // AVX-512F; every source holds 16 words (sliced above) and `dst` spans the 16
-            // strided destinations.
+            // SAFETY: AVX-512F is this function's requirement; every source holds 16 words
+            // (sliced above) and `dst` spans the 16 strided destinations.
             unsafe { super::kernels::transpose_16x16(&src, dst.as_mut_ptr(), NR) };
         }
     }

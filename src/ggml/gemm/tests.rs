@@ -70,15 +70,13 @@ fn run(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usiz
     let x = pseudo_random(k * n, 2 + m as u64);
     let b = pseudo_random(m, 3);
     let backend = Backend::cpu(threads).expect("cpu backend");
-    let mut arena = Arena::new(3).expect("arena");
+    let arena = Arena::new(3).expect("arena");
     let wi = arena.add(ty, [k, m, 1, 1], "w").expect("room");
     let xi = arena
         .add(DType::F32, [k, xne[0], xne[1], xne[2]], "x")
         .expect("room");
     let bi = arena.add(DType::F32, [m, 1, 1, 1], "b").expect("room");
-    let _buf = backend
-        .alloc_context(arena.context(), "test")
-        .expect("alloc");
+    arena.allocate(&backend, "test").expect("alloc");
     arena.get(wi).write_bytes(&to_bytes(&w, ty, k)).expect("w");
     arena.get(xi).write_f32(&x).expect("x");
     arena.get(bi).write_f32(&b).expect("b");
@@ -86,8 +84,9 @@ fn run(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usiz
     let ctx = Context::new(8, 8).expect("ctx");
     let graph = Graph::new(&ctx, 8);
     let (wt, xt, bt) = (arena.get(wi), arena.get(xi), arena.get(bi));
-    let blocked = ctx
-        .blocked_linear(wt, xt, bias.then_some(bt))
+    let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+    let blocked = kernels
+        .linear(&ctx, wt, xt, bias.then_some(bt))
         .expect("this product is one the blocked kernels take");
     assert_eq!(blocked.ne(), [m, xne[0], xne[1], xne[2]]);
     let plain = ctx.mul_mat(wt, xt);
@@ -100,7 +99,7 @@ fn run(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usiz
     graph.expand(blocked);
     graph.expand(plain);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
-    galloc.alloc(&graph).expect("alloc graph");
+    let _allocation = galloc.alloc(&graph).expect("alloc graph");
     backend.compute(&graph).expect("compute");
     Outcome {
         blocked: blocked.read_f32().expect("read"),
@@ -274,7 +273,7 @@ fn partition_covers_each_output_once() {
 
 #[test]
 fn products_it_does_not_take_are_left_to_mul_mat() {
-    let mut arena = Arena::new(4).expect("arena");
+    let arena = Arena::new(4).expect("arena");
     let w = arena.add(DType::F32, [64, 64, 1, 1], "w").expect("room");
     let q = arena
         .add(DType::from_name("q4_0").expect("q4_0"), [64, 64, 1, 1], "q")
@@ -282,15 +281,19 @@ fn products_it_does_not_take_are_left_to_mul_mat() {
     let few = arena.add(DType::F32, [64, 4, 1, 1], "few").expect("room");
     let many = arena.add(DType::F32, [64, 32, 1, 1], "many").expect("room");
     let ctx = Context::new(8, 0).expect("ctx");
+    let backend = Backend::cpu(1).expect("cpu backend");
+    let Some(kernels) = backend.cpu_kernels() else {
+        return; // no AVX-512: nothing is ever taken
+    };
     // Quantized weights, too few tokens, and a transposed (non-contiguous) input.
-    assert!(ctx
-        .blocked_linear(arena.get(q), arena.get(many), None)
+    assert!(kernels
+        .linear(&ctx, arena.get(q), arena.get(many), None)
         .is_none());
-    assert!(ctx
-        .blocked_linear(arena.get(w), arena.get(few), None)
+    assert!(kernels
+        .linear(&ctx, arena.get(w), arena.get(few), None)
         .is_none());
     let t = ctx.transpose(arena.get(many));
-    assert!(ctx.blocked_linear(arena.get(w), t, None).is_none());
+    assert!(kernels.linear(&ctx, arena.get(w), t, None).is_none());
 }
 
 /// softmax(q kᵀ · scale + mask) v in f64, per head; all-masked rows give zeros.
@@ -348,7 +351,7 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
         })
         .collect();
     let backend = Backend::cpu(threads).expect("cpu backend");
-    let mut arena = Arena::new(4).expect("arena");
+    let arena = Arena::new(4).expect("arena");
     let qi = arena
         .add(DType::F32, [dim, n_q, batch, 1], "q")
         .expect("room");
@@ -359,9 +362,7 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
         .add(DType::F32, [dim, n_kv, batch, 1], "v")
         .expect("room");
     let mi = arena.add(DType::F32, [n_kv, n_q, 1, 1], "m").expect("room");
-    let _buf = backend
-        .alloc_context(arena.context(), "test")
-        .expect("alloc");
+    arena.allocate(&backend, "test").expect("alloc");
     for (i, data) in [(qi, &q), (ki, &k), (vi, &v), (mi, &mask)] {
         arena.get(i).write_f32(data).expect("write");
     }
@@ -369,13 +370,22 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
     let graph = Graph::new(&ctx, 8);
     let scale = 1.0 / ((dim / heads) as f32).sqrt();
     let m = masked.then(|| arena.get(mi));
-    let out = ctx
-        .blocked_attention(arena.get(qi), arena.get(ki), arena.get(vi), heads, m, scale)
+    let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+    let out = kernels
+        .attention(
+            &ctx,
+            arena.get(qi),
+            arena.get(ki),
+            arena.get(vi),
+            heads,
+            m,
+            scale,
+        )
         .expect("the blocked attention takes these shapes");
     assert_eq!(super::BlockedOp::of(out), Some(super::BlockedOp::Attention));
     graph.expand(out);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
-    galloc.alloc(&graph).expect("alloc graph");
+    let _allocation = galloc.alloc(&graph).expect("alloc graph");
     backend.compute(&graph).expect("compute");
     let reference = attention_reference(&q, &k, &v, masked.then_some(&mask[..]), dims);
     (out.read_f32().expect("read"), reference)

@@ -4,16 +4,10 @@ use std::collections::HashMap;
 
 use super::plan::{plan, Plan};
 use super::{human, RunReport, SegmentReport};
-use crate::ggml::{Backend, Buffer, Gallocr, GgmlError, Graph, SubGraph, Tensor};
+use crate::ggml::{Backend, BoundBuffer, Gallocr, GgmlError, Graph, SubGraph, Tensor};
 use crate::runner::graph_ctx::GraphCtx;
 use crate::runner::weights::ModelWeights;
 use crate::runner::{write_input, Runner, RunnerError};
-
-/// Buffers that must outlive the graph's execution (outputs, cache stores) until they were
-/// read back.
-pub(crate) struct Executed {
-    _pins: Vec<Buffer>,
-}
 
 fn oom(runner: &Runner, cap: Option<usize>, what: String, bytes: usize) -> RunnerError {
     let device = match cap {
@@ -57,22 +51,24 @@ fn weight_tensors<'w>(w: &'w ModelWeights, params: &[usize]) -> Vec<Tensor<'w>> 
     params.iter().map(|&p| w.arena().get(p)).collect()
 }
 
-/// Runs `graph` (built in `g`; `ends` are read afterwards) monolithically when it fits the
-/// budget, else segment by segment. Inputs are written here.
-pub(crate) fn execute<'g>(
+/// Runs `graph` (built in `g`; `ends` are its outputs) monolithically when it fits the
+/// budget, else segment by segment, and returns what `read` reads of the outputs while their
+/// memory is still bound. Inputs are written here. `cache_bytes`: device memory the runner's
+/// cache holds (this graph's store destinations included).
+pub(crate) fn execute<'g, R>(
     runner: &Runner,
     g: &GraphCtx<'g>,
     graph: &Graph<'g>,
     ends: &[Tensor<'g>],
     cache_bytes: usize,
-) -> Result<Executed, RunnerError> {
+    read: impl FnOnce() -> Result<R, GgmlError>,
+) -> Result<R, RunnerError> {
     let opts = &runner.options.memory;
     let weights = runner.weights.as_ref();
     let nodes = graph.nodes();
     let plan = plan(&nodes, &g.cuts.borrow(), weights, ends);
     let offload = weights.is_some_and(ModelWeights::is_offloaded);
     let fixed = weights.map_or(0, ModelWeights::device_bytes);
-    let pending: usize = g.stores.borrow().iter().map(|(t, _)| t.n_bytes()).sum();
 
     let mono_compute = measure(runner, graph)?;
     let mono_buf = buffer_size(&runner.gallocr.borrow());
@@ -83,7 +79,7 @@ pub(crate) fn execute<'g>(
         Some(w) if offload => runner.backend.bytes_for(&weight_tensors(w, &plan.params)),
         _ => 0,
     };
-    let mono_need = fixed + cache_bytes + pending + graph_weights + mono_compute.max(mono_buf);
+    let mono_need = fixed + cache_bytes + graph_weights + mono_compute.max(mono_buf);
     let can_split = opts.segmented && plan.segments.len() > 1;
     let segmented = match cap {
         _ if opts.force_segmented && can_split => true,
@@ -105,28 +101,29 @@ pub(crate) fn execute<'g>(
                     runner.name,
                     human(fixed + graph_weights),
                     human(mono_compute),
-                    human(cache_bytes + pending)
+                    human(cache_bytes)
                 ),
                 mono_need,
             ));
         }
     };
     if segmented {
-        run_segments(runner, g, &nodes, &plan, cap, cache_bytes)
+        run_segments(runner, g, &nodes, &plan, cap, cache_bytes, read)
     } else {
-        run_whole(runner, g, graph, &plan, cap, mono_need, mono_compute)
+        let need = (mono_need, mono_compute);
+        run_whole(runner, g, graph, &plan, cap, need, read)
     }
 }
 
-fn run_whole<'g>(
+fn run_whole<'g, R>(
     runner: &Runner,
     g: &GraphCtx<'g>,
     graph: &Graph<'g>,
     plan: &Plan<'g>,
     cap: Option<usize>,
-    need: usize,
-    compute: usize,
-) -> Result<Executed, RunnerError> {
+    (need, compute): (usize, usize),
+    read: impl FnOnce() -> Result<R, GgmlError>,
+) -> Result<R, RunnerError> {
     *runner.seg_gallocr.borrow_mut() = None;
     let mut report = SegmentReport {
         name: "whole graph".into(),
@@ -155,13 +152,15 @@ fn run_whole<'g>(
         *slot = Some(Gallocr::new(&runner.backend)?);
     }
     let galloc = slot.as_mut().expect("allocator just created");
-    galloc.alloc(graph)?;
+    let allocation = galloc.alloc(graph)?;
     for (t, name, data) in g.inputs.borrow().iter() {
         if t.is_allocated() {
             write_input(*t, name, data)?;
         }
     }
     runner.backend.compute(graph)?;
+    let results = read()?;
+    drop(allocation);
     report.device_bytes = need;
     report.required_bytes = need;
     *runner.report.borrow_mut() = Some(RunReport {
@@ -170,7 +169,7 @@ fn run_whole<'g>(
         capacity: cap,
         segments: vec![report],
     });
-    Ok(Executed { _pins: Vec::new() })
+    Ok(results)
 }
 
 /// Waits for uploads still in flight on the copy stream.
@@ -203,14 +202,15 @@ fn copy_stream(runner: &Runner) -> Option<std::cell::Ref<'_, Backend>> {
     .ok()
 }
 
-fn run_segments<'g>(
+fn run_segments<'g, R>(
     runner: &Runner,
     g: &GraphCtx<'g>,
     nodes: &[Tensor<'g>],
     plan: &Plan<'g>,
     cap: Option<usize>,
     cache_bytes: usize,
-) -> Result<Executed, RunnerError> {
+    read: impl FnOnce() -> Result<R, GgmlError>,
+) -> Result<R, RunnerError> {
     *runner.gallocr.borrow_mut() = None;
     let opts = &runner.options.memory;
     let weights = runner.weights.as_ref();
@@ -232,7 +232,8 @@ fn run_segments<'g>(
             None => groups.push(((p.first, p.last), vec![p.tensor])),
         }
     }
-    let mut live: Vec<(usize, Buffer)> = Vec::new();
+    // Hand-over buffers with the last segment that reads them; outputs live to the end.
+    let mut live: Vec<(usize, BoundBuffer<'g>)> = Vec::new();
     let mut reports = Vec::with_capacity(n);
     let mut peak = 0usize;
     for (s, seg) in plan.segments.iter().enumerate() {
@@ -339,9 +340,10 @@ fn run_segments<'g>(
             if slot.is_none() {
                 *slot = Some(Gallocr::new(&runner.backend)?);
             }
-            slot.as_mut().expect("allocator just created").alloc(&sub)?;
+            let galloc = slot.as_mut().expect("allocator just created");
+            let _allocation = galloc.alloc(&sub)?;
+            runner.backend.compute(&sub)?;
         }
-        runner.backend.compute(&sub)?;
         if s + 1 < n {
             live.retain(|(last, _)| *last != s);
         }
@@ -357,9 +359,9 @@ fn run_segments<'g>(
     };
     log_plan(runner, &report);
     *runner.report.borrow_mut() = Some(report);
-    Ok(Executed {
-        _pins: live.into_iter().map(|(_, b)| b).collect(),
-    })
+    let results = read()?;
+    drop(live);
+    Ok(results)
 }
 
 fn log_segment(runner: &Runner, s: usize, n: usize, r: &SegmentReport) {

@@ -2,7 +2,7 @@
 //! than the device.
 //!
 //! Models mark block boundaries with [`GraphCtx::cut`](super::GraphCtx::cut). Each call, the
-//! runner measures the whole graph; when its weights, compute buffer and pending cache do
+//! runner measures the whole graph; when its weights, compute buffer and cache do
 //! not fit the device budget (with [`PLANNING_HEADROOM`] to spare), it runs the graph as a
 //! sequence of segments split at the cuts ([`plan`]): every segment gets the shared compute
 //! buffer to itself, hand-over tensors live in buffers of their own for just as long as they

@@ -7,8 +7,8 @@
 //! "pins": they get memory of their own, outside the compute buffer that the runs share, from
 //! the start of the run that first needs them to the end of the run that last reads them.
 //! Cut outputs are pins like any other hand-over (PixArt's shared adaLN vector, the caption
-//! projection read by every block), and so are graph outputs and cache stores, which must
-//! outlive the run that makes them.
+//! projection read by every block), and so are graph outputs, which must outlive the run that
+//! makes them. (Cache stores copy into cache tensors that already have memory.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
@@ -56,7 +56,7 @@ impl Plan<'_> {
 }
 
 /// Plans `nodes` (execution order) split after each cut tensor that is one of them.
-/// `ends` are tensors read after the graph ran (outputs, cache stores).
+/// `ends` are tensors read after the graph ran (its outputs).
 pub(crate) fn plan<'g>(
     nodes: &[Tensor<'g>],
     cuts: &[(Tensor<'g>, CutMark)],
