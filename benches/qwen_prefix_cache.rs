@@ -14,11 +14,13 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use sd_cli::dtype::DType;
-use sd_cli::ggml::{Backend, Ne};
+use sd_cli::ggml::Backend;
 use sd_cli::models::dit::qwen_image_2_1::{
     Condition, PrefixCache, PrefixLayout, QwenImage21, QwenImage21Config,
 };
-use sd_cli::runner::{HostTensor, RunOptions, Runner, SourceTensor, WeightLoader, WeightSource};
+use sd_cli::runner::{RunOptions, Runner, SourceTensor, WeightLoader, WeightSource};
+use sd_cli::tensor::HostTensor;
+use sd_cli::tensor::Ne;
 
 const HIDDEN: usize = 4096;
 const FFN: usize = 12288;

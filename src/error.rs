@@ -23,6 +23,8 @@ pub enum Error {
     Tokenizer(#[from] crate::tokenizers::TokenizerError),
     #[error(transparent)]
     Tiling(#[from] crate::models::vae::tiling::TilingError),
+    #[error(transparent)]
+    Shape(#[from] crate::tensor::ShapeError),
     #[error("{flag}: {reason}")]
     Flag { flag: String, reason: String },
     #[error("{path}: {reason}")]

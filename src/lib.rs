@@ -28,5 +28,6 @@ pub mod progress;
 pub mod rng;
 pub mod runner;
 pub mod sampling;
+pub mod tensor;
 pub mod tokenizers;
 pub mod weights;

@@ -14,12 +14,13 @@ use common::*;
 use sd_cli::ggml::Backend;
 use sd_cli::models::dit::pixart::{PixArt, PixArtConfig, PixArtInputs, PosEmbedParams};
 use sd_cli::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
-use sd_cli::models::vae::tiling::{plan_tiles_latent, tiled_decode, Planar, TileSettings};
+use sd_cli::models::vae::tiling::{plan_tiles_latent, tiled_decode, TileSettings};
 use sd_cli::nn::Linear;
 use sd_cli::runner::{
-    HostTensor, MemoryOptions, MemorySource, ModelWeights, RunOptions, RunReport, Runner,
-    RunnerError, StoreSource, WeightLoader,
+    MemoryOptions, MemorySource, ModelWeights, RunOptions, RunReport, Runner, RunnerError,
+    StoreSource, WeightLoader,
 };
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::{Component, TensorStore};
 
 /// How a test run places weights and plans memory.
@@ -386,31 +387,19 @@ fn vae_decoder_segmented_matches_monolithic() {
 fn vae_tiled_decode_runs_segmented_tiles() {
     let case = VaeCase::new();
     let [w, h, c, _] = case.z.ne;
-    let latent = Planar {
-        w,
-        h,
-        c,
-        data: case.z.data.clone(),
-    };
+    let latent = HostTensor::image(w, h, c, case.z.data.clone()).unwrap();
     let scale = 4;
     // 4×4-latent tiles (the minimum) over the 8×6 latent.
     let settings = TileSettings::new(16, 16, None, 0.25);
     let grid = plan_tiles_latent(w, h, scale, &settings).unwrap();
-    let decode_all = |mode: Mode| -> (Planar, Option<RunReport>) {
+    let decode_all = |mode: Mode| -> (HostTensor, Option<RunReport>) {
         let (vae, runner) = case.runner(mode);
         let out = tiled_decode(
             &latent,
             scale,
             &grid,
-            |tile: &Planar| -> Result<Planar, sd_cli::error::Error> {
-                let z = HostTensor::new([tile.w, tile.h, tile.c, 1], tile.data.clone()).unwrap();
-                let o = VaeCase::decode(&vae, &runner, &z)?.remove(0);
-                Ok(Planar {
-                    w: o.ne[0],
-                    h: o.ne[1],
-                    c: o.ne[2],
-                    data: o.data,
-                })
+            |tile: &HostTensor| -> Result<HostTensor, sd_cli::error::Error> {
+                Ok(VaeCase::decode(&vae, &runner, tile)?.remove(0))
             },
             |_, _| {},
         )

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use sd_cli::nn::{self, AttentionMask, Conv2d, GroupNorm, LayerNorm, Linear, RmsNorm, RopeLayout};
-use sd_cli::runner::HostTensor;
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::TensorStore;
 
 const TOL: f32 = 1e-4;

@@ -12,7 +12,8 @@ use common::*;
 use sd_cli::models::dit::pixart::{
     MicroConditions, PixArt, PixArtConfig, PixArtInputs, PixArtLayout, PosEmbedParams,
 };
-use sd_cli::runner::{HostTensor, MemorySource, StoreSource, WeightLoader};
+use sd_cli::runner::{MemorySource, StoreSource, WeightLoader};
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::names::pixart_diffusers_to_original;
 use sd_cli::weights::TensorStore;
 

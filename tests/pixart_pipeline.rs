@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use sd_cli::app::BackendPlan;
 use sd_cli::image_io::read_png;
-use sd_cli::pipeline::pixart::{PixArtLoad, PixArtPipeline, PixArtRequest};
+use sd_cli::pipeline::components::{ComponentFiles, ComponentId, Needs};
+use sd_cli::pipeline::pixart::{PixArtPipeline, PixArtRequest};
+use sd_cli::pipeline::{LoadContext, ModelArgs};
 use sd_cli::rng::RngKind;
-use sd_cli::runner::{HostTensor, MemoryOptions};
-use sd_cli::sampling::{SamplerKind, SamplingPlan, ScheduleKind};
-use sd_cli::weights::{Component, TensorStore};
+use sd_cli::runner::{BackendPlan, MemoryOptions};
+use sd_cli::sampling::{Guidance, SamplerKind, SamplingPlan, ScheduleKind};
+use sd_cli::tensor::HostTensor;
 
 const PROMPT: &str = "A Lovely cat, holding a sign!  ";
 const NEGATIVE: &str = "blurry";
@@ -28,33 +29,37 @@ fn tokenizer() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/t5-v1_1.tokenizer.json")
 }
 
-fn store() -> TensorStore {
+fn store() -> ComponentFiles {
     let d = dir();
-    let mut s = TensorStore::new();
-    s.add_file(&d.join("transformer"), Component::Diffusion.prefix())
-        .unwrap();
-    s.add_file(&d.join("text_encoder"), Component::T5.prefix())
-        .unwrap();
-    s.add_file(&d.join("vae"), Component::Vae.prefix()).unwrap();
-    s
+    ComponentFiles::new("PixArt-α/Σ")
+        .with(
+            ComponentId::Diffusion,
+            component(ComponentId::Diffusion, &d.join("transformer")),
+        )
+        .with(
+            ComponentId::T5,
+            component(ComponentId::T5, &d.join("text_encoder")),
+        )
+        .with(
+            ComponentId::Vae,
+            component(ComponentId::Vae, &d.join("vae")),
+        )
 }
 
-fn load(store: &TensorStore, plan: &BackendPlan) -> PixArtPipeline {
+fn load(files: &ComponentFiles, plan: &BackendPlan) -> PixArtPipeline {
     let tok = tokenizer();
-    let t5 = dir().join("text_encoder");
-    PixArtPipeline::load(&PixArtLoad {
-        store,
-        t5_path: Some(&t5),
-        tokenizer_path: Some(&tok),
-        wtype: None,
-        flash_attn: false,
-        backends: plan,
-        pos_embed_base_size: None,
-        interpolation_scale: None,
-        vae_scale_factor: None,
-        memory: MemoryOptions::default(),
-        need_encoder: false,
-    })
+    PixArtPipeline::load(
+        files,
+        &LoadContext {
+            backends: plan,
+            memory: MemoryOptions::default(),
+            wtype: None,
+            flash_attn: false,
+            model_args: &ModelArgs::default(),
+            needs: Needs::default(),
+            t5_tokenizer: Some(&tok),
+        },
+    )
     .expect("pipeline loads")
 }
 
@@ -86,7 +91,7 @@ fn stages_match_diffusers() {
             negative_prompt: NEGATIVE,
             width: 24,
             height: 16,
-            cfg_scale: 4.5,
+            guidance: Guidance::cfg(4.5),
             plan: &splan,
             noise_rng: noise.as_mut(),
             sampler_rng: srng.as_mut(),
@@ -94,11 +99,11 @@ fn stages_match_diffusers() {
             init: None,
         })
         .unwrap();
-    let got = HostTensor::new([z.w, z.h, z.c, 1], z.data.clone()).unwrap();
+    let got = HostTensor::new(z.ne, z.data.clone()).unwrap();
     assert_close("final latent", &got, &tensor(&reference, "latent"), 1e-3);
 
     let img = pipe.decode(&z, None).unwrap();
-    let got = HostTensor::new([img.width, img.height, img.channels, 1], img.data).unwrap();
+    let got = HostTensor::new(img.ne, img.data).unwrap();
     assert_close(
         "decoded image (float)",
         &got,

@@ -12,13 +12,16 @@ mod common;
 
 use common::*;
 use sd_cli::models::te::qwen3::{
-    self, qwen3_hparams, qwen3_mrope_section, rope_positions, Qwen3Config, Qwen3MmInput,
-    Qwen3Source, Qwen3TextModel, VisionEmbeds,
+    qwen3_hparams, qwen3_mrope_section, rope_positions, Qwen3Config, Qwen3MmInput, Qwen3Source,
+    Qwen3TextModel, VisionEmbeds,
 };
-use sd_cli::runner::{HostTensor, RunOptions, Runner, WeightLoader};
-use sd_cli::tokenizers::{
-    load_qwen_tokenizer, qwen_image_21_edit_prompt_ids, BpeTokenizer, QWEN_IMAGE_PAD,
+use sd_cli::pipeline::qwen_image_2_1::template::{
+    edit_prompt_ids as qwen_image_21_edit_prompt_ids, encode_edit_prompt,
+    IMAGE_PAD as QWEN_IMAGE_PAD,
 };
+use sd_cli::runner::{RunOptions, Runner, WeightLoader};
+use sd_cli::tensor::HostTensor;
+use sd_cli::tokenizers::{load_qwen_tokenizer, BpeTokenizer};
 use sd_cli::weights::TensorStore;
 
 const TOL: f32 = 1e-4;
@@ -170,14 +173,8 @@ fn edit_embeds_match_pipeline() {
     let c = cases();
     let (model, runner) = load();
     for case in CASES {
-        let (got, mask) = qwen3::encode_qwen_image_21_edit(
-            &runner,
-            &model,
-            &tok,
-            prompt(case),
-            &images(&c, case),
-        )
-        .unwrap();
+        let (got, mask) =
+            encode_edit_prompt(&runner, &model, &tok, prompt(case), &images(&c, case)).unwrap();
         let want_mask: Vec<bool> = tensor(&c, &format!("{case}.pad_mask"))
             .data
             .iter()
@@ -197,8 +194,7 @@ fn flash_attention_within_tolerance() {
     let (model, runner) = load_with(true);
     let case = "two";
     let (got, _) =
-        qwen3::encode_qwen_image_21_edit(&runner, &model, &tok, prompt(case), &images(&c, case))
-            .unwrap();
+        encode_edit_prompt(&runner, &model, &tok, prompt(case), &images(&c, case)).unwrap();
     let want = rows(&tensor(&c, &format!("{case}.embeds")));
     assert_close("flash attention two", &got, &want, 5e-3);
 }
@@ -260,19 +256,19 @@ fn mismatched_vision_inputs_are_errors() {
     let mut imgs = images(&c, "two");
     // Wrong grid for the embeddings.
     imgs[1].grid_w = 3;
-    let err = qwen3::encode_qwen_image_21_edit(&runner, &model, &tok, "x", &imgs)
+    let err = encode_edit_prompt(&runner, &model, &tok, "x", &imgs)
         .unwrap_err()
         .to_string();
     assert!(err.contains("image 1"), "{err}");
     // Deepstack levels differ between images.
     let mut imgs = images(&c, "two");
     imgs[0].deepstack.pop();
-    assert!(qwen3::encode_qwen_image_21_edit(&runner, &model, &tok, "x", &imgs).is_err());
+    assert!(encode_edit_prompt(&runner, &model, &tok, "x", &imgs).is_err());
     // Wrong hidden size.
     let mut imgs = images(&c, "one");
     imgs[0].embeds = HostTensor::zeros([16, 6, 1, 1]);
     imgs[0].deepstack.clear();
-    assert!(qwen3::encode_qwen_image_21_edit(&runner, &model, &tok, "x", &imgs).is_err());
+    assert!(encode_edit_prompt(&runner, &model, &tok, "x", &imgs).is_err());
     // Fewer pads than vision rows.
     let ids = ints(&c, "one.ids");
     let short: Vec<i32> = ids.iter().copied().filter(|&i| i != pad_id(&tok)).collect();

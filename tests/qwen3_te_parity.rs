@@ -20,10 +20,12 @@ use sd_cli::dtype::DType;
 use sd_cli::models::te::qwen3::{
     self, qwen3_hparams, qwen3_llamacpp_to_hf, Qwen3Config, Qwen3Source, Qwen3TextModel,
 };
-use sd_cli::runner::{convert_f32, HostTensor, RunOptions, Runner, WeightLoader};
-use sd_cli::tokenizers::{
-    bpe_from_gguf_metadata, load_qwen_tokenizer, qwen_image_21_prompt_ids, BpeTokenizer,
+use sd_cli::pipeline::qwen_image_2_1::template::{
+    encode_prompt as encode_qwen_image_21, prompt_ids as qwen_image_21_prompt_ids,
 };
+use sd_cli::runner::{convert_f32, RunOptions, Runner, WeightLoader};
+use sd_cli::tensor::HostTensor;
+use sd_cli::tokenizers::{bpe_from_gguf_metadata, load_qwen_tokenizer, BpeTokenizer};
 use sd_cli::weights::{Component, GgufType, GgufValue, GgufWriter, TensorStore};
 
 const TOL: f32 = 1e-4;
@@ -98,7 +100,7 @@ fn embeds(l: &Loaded) -> Vec<HostTensor> {
     let tok = tokenizer();
     CASES
         .iter()
-        .map(|c| qwen3::encode_qwen_image_21(&l.runner, &l.model, &tok, prompt(c)).expect("encode"))
+        .map(|c| encode_qwen_image_21(&l.runner, &l.model, &tok, prompt(c)).expect("encode"))
         .collect()
 }
 

@@ -16,7 +16,8 @@ use sd_cli::models::dit::qwen_image_2_1::{
     cache_names, KvMode, PrefixCache, PrefixCacheError, QwenImage21, QwenImage21Config,
     QwenImage21Inputs,
 };
-use sd_cli::runner::{HostTensor, RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::TensorStore;
 
 const TOL: f32 = 1e-4;

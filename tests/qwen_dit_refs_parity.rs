@@ -13,7 +13,8 @@ use sd_cli::dtype::DType;
 use sd_cli::models::dit::qwen_image_2_1::{
     Condition, PrefixCache, PrefixCacheError, PrefixLayout, QwenImage21, QwenImage21Config,
 };
-use sd_cli::runner::{HostTensor, RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::TensorStore;
 
 const TOL: f32 = 1e-4;

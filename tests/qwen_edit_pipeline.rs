@@ -14,17 +14,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::*;
-use sd_cli::app::BackendPlan;
 use sd_cli::image_io::{read_png, Image};
-use sd_cli::models::vae::tiling::Planar;
+use sd_cli::pipeline::components::ComponentFiles;
 use sd_cli::pipeline::qwen_image_2_1::{
     schedule_options, EditInputs, QwenImage21Pipeline, QwenImage21Request, DEFAULT_SAMPLER,
     DEFAULT_SCHEDULE,
 };
 use sd_cli::rng::RngKind;
-use sd_cli::runner::HostTensor;
+use sd_cli::runner::BackendPlan;
+use sd_cli::sampling::Guidance;
 use sd_cli::sampling::SamplingPlan;
-use sd_cli::weights::TensorStore;
+use sd_cli::tensor::HostTensor;
 
 const PROMPT: &str = "change 'qwen2.1.cpp' to 'sd.cpp'";
 const NEGATIVE: &str = "blurry, low quality";
@@ -37,16 +37,16 @@ fn dir() -> PathBuf {
     fixture_path("qwen_edit_pipeline")
 }
 
-fn store(vision: bool) -> TensorStore {
+fn store(vision: bool) -> ComponentFiles {
     qwen_store(&dir(), vision)
 }
 
-fn load(store: &TensorStore, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
+fn load(files: &ComponentFiles, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
     let parts = QwenParts {
         encoder: true,
         vision: true,
     };
-    qwen_pipeline(&dir(), store, plan, cache, parts)
+    qwen_pipeline(files, plan, cache, parts)
 }
 
 fn refs(files: &[&str]) -> Vec<Image> {
@@ -65,7 +65,7 @@ fn sample(pipe: &QwenImage21Pipeline, edit: &EditInputs) -> HostTensor {
 fn sample_with(
     pipe: &QwenImage21Pipeline,
     edit: Option<&EditInputs>,
-    init: Option<(&Planar, f32)>,
+    init: Option<(&HostTensor, f32)>,
     seed: u64,
 ) -> HostTensor {
     let mut plan = SamplingPlan::new(DEFAULT_SAMPLER, DEFAULT_SCHEDULE, 4);
@@ -78,7 +78,7 @@ fn sample_with(
             negative_prompt: NEGATIVE,
             width: 96,
             height: 64,
-            cfg_scale: 4.0,
+            guidance: Guidance::cfg(4.0),
             plan: &plan,
             noise_rng: noise.as_mut(),
             sampler_rng: srng.as_mut(),
@@ -88,7 +88,7 @@ fn sample_with(
             edit,
         })
         .unwrap();
-    HostTensor::new([x.w, x.h, x.c, 1], x.data).unwrap()
+    HostTensor::new(x.ne, x.data).unwrap()
 }
 
 #[test]
@@ -300,12 +300,12 @@ fn init_image_strength_one_equals_text_to_image() {
         encoder: true,
         vision: false,
     };
-    let pipe = qwen_pipeline(&dir(), &s, &backends, true, parts);
+    let pipe = qwen_pipeline(&s, &backends, true, parts);
     let init = read_png(&dir().join("ref_rgb.png")).unwrap();
     let prepared = sd_cli::pipeline::qwen_image_2_1::prepare_reference(&init, 96, 64).unwrap();
-    let x = Planar::new(96, 64, 4, prepared.vae_input).unwrap();
+    let x = HostTensor::image(96, 64, 4, prepared.vae_input).unwrap();
     let z = pipe.encode_image(&x, None).unwrap();
-    assert_eq!((z.w, z.h, z.c), (6, 4, 64));
+    assert_eq!((z.width(), z.height(), z.channels()), (6, 4, 64));
     let run = |init| sample_with(&pipe, None, init, 7);
     let t2i = run(None);
     assert_close("strength 1 vs txt2img", &run(Some((&z, 1.0))), &t2i, 1e-6);

@@ -11,14 +11,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::*;
-use sd_cli::app::BackendPlan;
 use sd_cli::image_io::read_png;
+use sd_cli::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use sd_cli::pipeline::qwen_image_2_1::{
     schedule_options, QwenImage21Pipeline, QwenImage21Request, DEFAULT_SAMPLER, DEFAULT_SCHEDULE,
 };
 use sd_cli::rng::RngKind;
-use sd_cli::runner::HostTensor;
+use sd_cli::runner::BackendPlan;
+use sd_cli::sampling::Guidance;
 use sd_cli::sampling::SamplingPlan;
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::{Component, TensorStore};
 
 const PROMPT: &str = "a lovely cat holding a sign says 'qwen2.1.cpp'";
@@ -28,16 +30,16 @@ fn dir() -> PathBuf {
     fixture_path("qwen_image_pipeline")
 }
 
-fn store() -> TensorStore {
+fn store() -> ComponentFiles {
     qwen_store(&dir(), false)
 }
 
-fn load(store: &TensorStore, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
+fn load(files: &ComponentFiles, plan: &BackendPlan, cache: bool) -> QwenImage21Pipeline {
     let parts = QwenParts {
         encoder: false,
         vision: false,
     };
-    qwen_pipeline(&dir(), store, plan, cache, parts)
+    qwen_pipeline(files, plan, cache, parts)
 }
 
 fn sample_plan() -> SamplingPlan {
@@ -72,7 +74,7 @@ fn stages_match_diffusers() {
             negative_prompt: NEGATIVE,
             width: 96,
             height: 64,
-            cfg_scale: 4.0,
+            guidance: Guidance::cfg(4.0),
             plan: &plan,
             noise_rng: noise.as_mut(),
             sampler_rng: srng.as_mut(),
@@ -83,12 +85,12 @@ fn stages_match_diffusers() {
         })
         .unwrap();
     assert_eq!(pipe.prefix_cache_bytes(), 0, "cache freed after sampling");
-    let got = HostTensor::new([x.w, x.h, x.c, 1], x.data.clone()).unwrap();
+    let got = HostTensor::new(x.ne, x.data.clone()).unwrap();
     assert_close("final latent", &got, &tensor(&reference, "latent"), 1e-3);
 
     let img = pipe.decode(&x, None).unwrap();
-    assert_eq!(img.channels, 4, "RGBA");
-    let got = HostTensor::new([img.width, img.height, img.channels, 1], img.data).unwrap();
+    assert_eq!(img.channels(), 4, "RGBA");
+    let got = HostTensor::new(img.ne, img.data).unwrap();
     assert_close(
         "decoded image (float)",
         &got,
@@ -111,7 +113,7 @@ fn sizes_must_be_multiples_of_32() {
             negative_prompt: "",
             width: 80,
             height: 64,
-            cfg_scale: 1.0,
+            guidance: Guidance::cfg(1.0),
             plan: &plan,
             noise_rng: noise.as_mut(),
             sampler_rng: srng.as_mut(),
@@ -282,7 +284,7 @@ fn one_step(pipe: &QwenImage21Pipeline) -> Vec<f32> {
         negative_prompt: "",
         width: 64,
         height: 32,
-        cfg_scale: 1.0,
+        guidance: Guidance::cfg(1.0),
         plan: &plan,
         noise_rng: noise.as_mut(),
         sampler_rng: srng.as_mut(),
@@ -307,15 +309,24 @@ fn single_file_diffusion_prefix_loads_the_same() {
 
     let mut nested = TensorStore::new();
     let deep = format!("{}model.diffusion_model.", Component::Diffusion.prefix());
-    nested
-        .add_file(&d.join("diffusion_model.safetensors"), &deep)
-        .unwrap();
-    nested
-        .add_file(&d.join("llm.safetensors"), Component::Llm.prefix())
-        .unwrap();
-    nested
-        .add_file(&d.join("vae.safetensors"), Component::Vae.prefix())
-        .unwrap();
+    let path = d.join("diffusion_model.safetensors");
+    nested.add_file(&path, &deep).unwrap();
+    let nested = ComponentFiles::new("Qwen Image 2.1")
+        .with(
+            ComponentId::Diffusion,
+            ComponentStore {
+                store: nested,
+                path,
+            },
+        )
+        .with(
+            ComponentId::Llm,
+            component(ComponentId::Llm, &d.join("llm.safetensors")),
+        )
+        .with(
+            ComponentId::Vae,
+            component(ComponentId::Vae, &d.join("vae.safetensors")),
+        );
     let got = one_step(&load(&nested, &backends, false));
     assert_eq!(got.len(), 4 * 2 * 64);
     let err = got

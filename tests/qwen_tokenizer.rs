@@ -9,10 +9,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use sd_cli::pipeline::qwen_image_2_1::template::prompt_ids as qwen_image_21_prompt_ids;
 use sd_cli::tokenizers::bpe::byte_symbols_in_vocab_order;
 use sd_cli::tokenizers::{
     bpe_from_gguf_vocab, bpe_from_tokenizer_json, bpe_from_vocab_merges, find_qwen_tokenizer,
-    load_qwen_tokenizer, nfc, qwen_image_21_prompt_ids, BpeTokenizer, QWEN_ADDED_TOKENS,
+    load_qwen_tokenizer, nfc, BpeTokenizer, QWEN_ADDED_TOKENS,
 };
 use serde::Deserialize;
 

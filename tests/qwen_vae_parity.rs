@@ -13,7 +13,8 @@ use common::*;
 use sd_cli::models::vae::qwen_image_2_1_vae::{
     LatentStats, QwenImage21Vae, QwenImage21VaeConfig, QwenVaeLayout, LATENTS_MEAN,
 };
-use sd_cli::runner::{HostTensor, SourceTensor, StoreSource, WeightLoader, WeightSource};
+use sd_cli::runner::{SourceTensor, StoreSource, WeightLoader, WeightSource};
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::{Component, TensorStore};
 
 const TOL: f32 = 1e-4;

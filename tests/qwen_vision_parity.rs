@@ -16,7 +16,8 @@ use sd_cli::models::te::qwen3_vl_vision::{
     encode_image, patchify, qwen3_vl_vision_hparams, smart_resize, Qwen3VlVision,
     Qwen3VlVisionConfig, Qwen3VlVisionSource, VisionError, VisionHparams, VisionPreprocessConfig,
 };
-use sd_cli::runner::{HostTensor, Runner, WeightLoader};
+use sd_cli::runner::{Runner, WeightLoader};
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::safetensors::{write_safetensors, SafetensorsItem};
 use sd_cli::weights::TensorStore;
 

@@ -17,7 +17,8 @@ use std::path::Path;
 use common::*;
 use sd_cli::dtype::DType;
 use sd_cli::models::te::t5::{self, relative_position_bucket, T5Config, T5Encoder, T5Source};
-use sd_cli::runner::{HostTensor, WeightLoader};
+use sd_cli::runner::WeightLoader;
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::names::t5_llamacpp_to_hf;
 use sd_cli::weights::{Component, GgufWriter, TensorStore};
 

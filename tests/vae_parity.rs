@@ -10,7 +10,8 @@ use std::rc::Rc;
 
 use common::*;
 use sd_cli::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig, VaeLayout};
-use sd_cli::runner::{HostTensor, StoreSource, WeightLoader};
+use sd_cli::runner::{StoreSource, WeightLoader};
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::{Component, TensorStore};
 
 const TOL: f32 = 1e-4;

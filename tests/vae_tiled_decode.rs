@@ -13,30 +13,41 @@ mod common;
 use common::*;
 use sd_cli::error::Error;
 use sd_cli::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
-use sd_cli::models::vae::tiling::{Planar, TileSettings};
-use sd_cli::pipeline::{decode_latents_kl, encode_image_kl};
-use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::models::vae::tiling::TileSettings;
+use sd_cli::pipeline::vae::{LatentNorm, VaeStage};
+use sd_cli::runner::{LoadOptions, RunOptions, Runner, RunnerError, StoreSource};
+use sd_cli::tensor::HostTensor;
 use sd_cli::weights::TensorStore;
 
-fn vae_runner(budget: Option<usize>) -> (AutoencoderKl, Runner) {
+/// The fixture VAE as every pipeline runs it (latent scale 1, so latents pass unchanged).
+fn vae_stage(budget: Option<usize>) -> VaeStage {
     let store = TensorStore::open(&fixture_path("pixart_pipeline/vae")).unwrap();
     let src = StoreSource::new(&store, "");
-    let loader = WeightLoader::new(&src, None);
-    let config = AutoencoderKlConfig::detect(&loader.root("")).unwrap();
-    let vae = AutoencoderKl::new(&loader.root(""), config).unwrap();
-    let backend = cpu();
-    let weights = loader.finish(&backend, "vae").unwrap();
-    let opts = RunOptions {
-        memory_budget: budget,
-        ..RunOptions::default()
+    let opts = LoadOptions {
+        backend: cpu(),
+        wtype: None,
+        run: RunOptions {
+            memory_budget: budget,
+            ..RunOptions::default()
+        },
     };
-    (vae, Runner::new("vae", backend, Some(weights), opts))
+    let vae = Runner::load("vae", &src, opts, |wb| -> Result<_, RunnerError> {
+        AutoencoderKl::new(wb, AutoencoderKlConfig::detect(wb)?)
+    })
+    .unwrap();
+    VaeStage::new(
+        vae,
+        LatentNorm::Scale {
+            scale: 1.0,
+            shift: 0.0,
+        },
+    )
 }
 
 /// A smooth, nearly stationary latent (a per-channel level plus a faint slow wave), so every
 /// tile sees about the same GroupNorm statistics as the whole image, as with real content
 /// at tile scale; random tiny VAEs are otherwise far from translation-invariant.
-fn smooth_latent(w: usize, h: usize, c: usize) -> Planar {
+fn smooth_latent(w: usize, h: usize, c: usize) -> HostTensor {
     let mut data = Vec::with_capacity(w * h * c);
     for ch in 0..c {
         for y in 0..h {
@@ -50,11 +61,11 @@ fn smooth_latent(w: usize, h: usize, c: usize) -> Planar {
             }
         }
     }
-    Planar::new(w, h, c, data).unwrap()
+    HostTensor::image(w, h, c, data).unwrap()
 }
 
-fn max_diff(a: &Planar, b: &Planar) -> f32 {
-    assert_eq!((a.w, a.h, a.c), (b.w, b.h, b.c));
+fn max_diff(a: &HostTensor, b: &HostTensor) -> f32 {
+    assert_eq!(a.ne, b.ne);
     a.data
         .iter()
         .zip(&b.data)
@@ -62,7 +73,7 @@ fn max_diff(a: &Planar, b: &Planar) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn mean_diff(a: &Planar, b: &Planar) -> f32 {
+fn mean_diff(a: &HostTensor, b: &HostTensor) -> f32 {
     a.data
         .iter()
         .zip(&b.data)
@@ -73,12 +84,13 @@ fn mean_diff(a: &Planar, b: &Planar) -> f32 {
 
 #[test]
 fn tiled_decode_agrees_with_untiled() {
-    let (vae, runner) = vae_runner(None);
+    let vae = vae_stage(None);
+    let runner = vae.runner();
     let z = smooth_latent(48, 40, 4); // 96x80 image at scale 2
-    let full = decode_latents_kl(&runner, &vae, &z, None).unwrap();
+    let full = vae.decode_raw(&z, None).unwrap();
     let untiled_bytes = runner.last_compute_bytes();
     let tiles = TileSettings::new(64, 48, None, 0.5);
-    let tiled = decode_latents_kl(&runner, &vae, &z, Some(&tiles)).unwrap();
+    let tiled = vae.decode_raw(&z, Some(&tiles)).unwrap();
     assert!(runner.last_compute_bytes() < untiled_bytes);
     let err = max_diff(&full, &tiled);
     let mean = mean_diff(&full, &tiled);
@@ -87,7 +99,7 @@ fn tiled_decode_agrees_with_untiled() {
     assert!(mean < 0.1 * scale.max(1.0), "{mean}");
 
     // Where only the first tile covers the image, the result is exactly that tile's decode.
-    let first = decode_latents_kl(&runner, &vae, &z.crop(0, 0, 32, 24), None).unwrap();
+    let first = vae.decode_raw(&z.crop(0, 0, 32, 24), None).unwrap();
     for ch in 0..3 {
         for y in 0..20 {
             for x in 0..20 {
@@ -99,29 +111,32 @@ fn tiled_decode_agrees_with_untiled() {
 
 #[test]
 fn decode_retries_with_smaller_tiles_on_allocation_failure() {
-    let (vae, runner) = vae_runner(None);
+    let vae = vae_stage(None);
+    let runner = vae.runner();
     let z = smooth_latent(48, 40, 4);
-    let full = decode_latents_kl(&runner, &vae, &z, None).unwrap();
+    let full = vae.decode_raw(&z, None).unwrap();
     let need = runner.last_compute_bytes() + runner.weights().unwrap().bytes();
 
     // A budget the whole image does not fit in, but quarter-size tiles do.
-    let (vae, tight) = vae_runner(Some(need * 2 / 3));
-    let retried = decode_latents_kl(&tight, &vae, &z, None).expect("retry with tiles succeeds");
+    let tight = vae_stage(Some(need * 2 / 3));
+    let retried = tight
+        .decode_raw(&z, None)
+        .expect("retry with tiles succeeds");
     let mean = mean_diff(&full, &retried);
     eprintln!("OOM retry decode vs untiled: mean abs diff {mean:.3e}");
     assert!(mean < 0.2, "{mean}");
 
     // Encode does not retry: the allocation failure comes back as an error.
-    let img = Planar::new(96, 80, 3, vec![0.1; 96 * 80 * 3]).unwrap();
-    let (vae, tiny) = vae_runner(Some(runner.weights().unwrap().bytes() + 1024));
-    let e = encode_image_kl(&tiny, &vae, &img, None);
+    let img = HostTensor::image(96, 80, 3, vec![0.1; 96 * 80 * 3]).unwrap();
+    let tiny = vae_stage(Some(runner.weights().unwrap().bytes() + 1024));
+    let e = tiny.encode(&img, None);
     assert!(
         matches!(e, Err(Error::Runner(ref r)) if r.is_alloc_failure()),
         "{:?}",
         e.err()
     );
     // A budget below every tile size fails after the retries run out, without panicking.
-    let e = decode_latents_kl(&tiny, &vae, &z, None);
+    let e = tiny.decode_raw(&z, None);
     assert!(
         matches!(e, Err(Error::Runner(ref r)) if r.is_alloc_failure()),
         "{:?}",

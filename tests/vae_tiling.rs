@@ -7,8 +7,9 @@ use std::sync::Once;
 
 use sd_cli::models::vae::tiling::{
     decode_with_retry, next_retry_tiles, plan_tiles, plan_tiles_latent, retry_warning,
-    tiled_decode, tiled_encode, Planar, TileGrid, TileSettings, TilingError,
+    tiled_decode, tiled_encode, TileGrid, TileSettings, TilingError,
 };
+use sd_cli::tensor::HostTensor;
 use serde::Deserialize;
 
 const FIXTURES: &str = concat!(
@@ -310,7 +311,7 @@ fn too_small_tiles_are_errors() {
 // ---------------------------------------------------------------- blending
 
 /// A smooth test latent with `c` channels.
-fn smooth_latent(w: usize, h: usize, c: usize) -> Planar {
+fn smooth_latent(w: usize, h: usize, c: usize) -> HostTensor {
     let mut data = Vec::with_capacity(w * h * c);
     for ch in 0..c {
         for y in 0..h {
@@ -320,33 +321,33 @@ fn smooth_latent(w: usize, h: usize, c: usize) -> Planar {
             }
         }
     }
-    Planar::new(w, h, c, data).unwrap()
+    HostTensor::image(w, h, c, data).unwrap()
 }
 
-fn upsample(p: &Planar, s: usize) -> Planar {
-    let mut out = Planar::zeros(p.w * s, p.h * s, p.c);
-    for ch in 0..p.c {
-        for y in 0..p.h * s {
-            for x in 0..p.w * s {
-                out.data[x + out.w * (y + out.h * ch)] = p.at(x / s, y / s, ch);
+fn upsample(p: &HostTensor, s: usize) -> HostTensor {
+    let mut out = HostTensor::zeros([p.width() * s, p.height() * s, p.channels(), 1]);
+    for ch in 0..p.channels() {
+        for y in 0..p.height() * s {
+            for x in 0..p.width() * s {
+                out.data[x + out.ne[0] * (y + out.ne[1] * ch)] = p.at(x / s, y / s, ch);
             }
         }
     }
     out
 }
 
-fn downsample(p: &Planar, s: usize) -> Planar {
-    let mut out = Planar::zeros(p.w / s, p.h / s, p.c);
-    for ch in 0..p.c {
-        for y in 0..out.h {
-            for x in 0..out.w {
+fn downsample(p: &HostTensor, s: usize) -> HostTensor {
+    let mut out = HostTensor::zeros([p.width() / s, p.height() / s, p.channels(), 1]);
+    for ch in 0..p.channels() {
+        for y in 0..out.height() {
+            for x in 0..out.width() {
                 let mut sum = 0.0f32;
                 for dy in 0..s {
                     for dx in 0..s {
                         sum += p.at(x * s + dx, y * s + dy, ch);
                     }
                 }
-                out.data[x + out.w * (y + out.h * ch)] = sum / (s * s) as f32;
+                out.data[x + out.ne[0] * (y + out.ne[1] * ch)] = sum / (s * s) as f32;
             }
         }
     }
@@ -373,7 +374,7 @@ fn identity_decoder_tiled_equals_untiled() {
         assert!(grid.len() > 1, "{lw}x{lh} {s:?} should tile");
         let latent = smooth_latent(lw, lh, 3);
         let mut calls = Vec::new();
-        let out: Planar = tiled_decode::<TilingError, _, _>(
+        let out: HostTensor = tiled_decode::<TilingError, _, _>(
             &latent,
             scale,
             &grid,
@@ -421,7 +422,7 @@ fn identity_encoder_tiled_equals_untiled() {
     }
 }
 
-fn smooth_image_like(p: &Planar) -> Planar {
+fn smooth_image_like(p: &HostTensor) -> HostTensor {
     let mut q = p.clone();
     for (i, v) in q.data.iter_mut().enumerate() {
         *v += ((i % 97) as f32 * 0.01).sin() * 0.05;
@@ -429,12 +430,12 @@ fn smooth_image_like(p: &Planar) -> Planar {
     q
 }
 
-fn pad(p: &Planar, ex: usize, ey: usize) -> Planar {
-    let mut out = Planar::zeros(p.w + ex, p.h + ey, p.c);
-    for ch in 0..p.c {
-        for y in 0..p.h {
-            for x in 0..p.w {
-                out.data[x + out.w * (y + out.h * ch)] = p.at(x, y, ch);
+fn pad(p: &HostTensor, ex: usize, ey: usize) -> HostTensor {
+    let mut out = HostTensor::zeros([p.width() + ex, p.height() + ey, p.channels(), 1]);
+    for ch in 0..p.channels() {
+        for y in 0..p.height() {
+            for x in 0..p.width() {
+                out.data[x + out.ne[0] * (y + out.ne[1] * ch)] = p.at(x, y, ch);
             }
         }
     }
@@ -476,18 +477,18 @@ fn per_tile_offsets_blend_without_seams() {
         let bound = OFFSET / ov_px as f32 + 1e-5;
         let d = |x: usize, y: usize, ch: usize| out.at(x, y, ch) - base.at(x, y, ch);
         let mut worst = 0.0f32;
-        for ch in 0..out.c {
-            for y in 0..out.h {
-                for x in 0..out.w {
+        for ch in 0..out.channels() {
+            for y in 0..out.height() {
+                for x in 0..out.width() {
                     let v = d(x, y, ch);
                     assert!(
                         (-1e-5..=OFFSET + 1e-5).contains(&v),
                         "blend is not a convex mix: {v}"
                     );
-                    if x + 1 < out.w {
+                    if x + 1 < out.width() {
                         worst = worst.max((d(x + 1, y, ch) - v).abs());
                     }
-                    if y + 1 < out.h {
+                    if y + 1 < out.height() {
                         worst = worst.max((d(x, y + 1, ch) - v).abs());
                     }
                 }
@@ -519,7 +520,7 @@ fn shape_errors() {
             n += 1;
             let mut o = upsample(t, 8);
             if n == 2 {
-                o = Planar::zeros(o.w, o.h, 2);
+                o = HostTensor::zeros([o.width(), o.height(), 2, 1]);
             }
             Ok(o)
         },

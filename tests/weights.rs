@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use sd_cli::dtype::DType;
+use sd_cli::pipeline::components::{ComponentId, ComponentStore};
+use sd_cli::pipeline::registry;
 use sd_cli::weights::gguf::{parse_gguf, GgufType, GgufValue, GgufWriter};
-use sd_cli::weights::names::{
-    detect_family, detect_family_with_prefix, Component, ModelFamily, Naming,
-};
+use sd_cli::weights::names::Component;
 use sd_cli::weights::safetensors::{parse_safetensors, write_safetensors, SafetensorsItem};
 use sd_cli::weights::{to_f32, FileFormat, SourceDType, TensorStore, WeightsError};
 
@@ -200,7 +200,9 @@ fn check_gguf_reference(file: &str) {
         );
         assert_eq!(t.len, t.load_len());
     }
-    assert_eq!(detect_family(&store), ModelFamily::PixArt(Naming::Original));
+    // The file holds PixArt's original names: the registry recognises the family.
+    let dit = ComponentStore::open(ComponentId::Diffusion, &path, false).unwrap();
+    assert_eq!(registry::detect(&dit).map(|f| f.id()), Some("pixart"));
 
     // Our writer reproduces gguf-py's file byte for byte from what our reader returned.
     let mut w = GgufWriter::new();
@@ -248,18 +250,9 @@ fn reads_sharded_index_and_prefixes() {
             want["hex"].as_str().unwrap()
         );
     }
-    assert_eq!(
-        detect_family(&store),
-        ModelFamily::T5Encoder(Naming::Original)
-    );
-    assert_eq!(
-        detect_family_with_prefix(&store, t5),
-        ModelFamily::T5Encoder(Naming::Original)
-    );
-    assert_eq!(
-        detect_family_with_prefix(&store, Component::Vae.prefix()),
-        ModelFamily::Unknown
-    );
+    // The shards are a T5 encoder under the T5 prefix, and nothing else.
+    assert!(registry::what_it_is(&store, t5).is_some_and(|w| w.contains("T5")));
+    assert_eq!(registry::what_it_is(&store, Component::Vae.prefix()), None);
     let err = store
         .require("text_encoders.t5xxl.transformer.nope")
         .unwrap_err();
@@ -292,10 +285,7 @@ fn reads_diffusers_folder_with_config() {
             &json_f32(&want["f32"])
         ));
     }
-    assert_eq!(
-        detect_family(&store),
-        ModelFamily::AutoencoderKL(Naming::Diffusers)
-    );
+    assert!(registry::what_it_is(&store, "").is_some_and(|w| w.contains("VAE")));
     let empty = tempfile::tempdir().unwrap();
     assert!(matches!(
         TensorStore::open(empty.path()),

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use crate::cli::RunConfig;
+use super::RunConfig;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ggml::dequantize_rows;
@@ -36,7 +36,7 @@ fn inputs(cfg: &RunConfig) -> Vec<(&std::path::Path, &'static str)> {
 /// The type a tensor is written as: `--type` for matrices whose rows split into whole blocks,
 /// f16 for matrices that cannot take a quantized type (as upstream), else the loaded type.
 fn target_type(info: &TensorInfo, wtype: Option<DType>) -> DType {
-    let loaded = DType::from_id(info.dtype.id()).unwrap_or(DType::F32);
+    let loaded = info.dtype;
     let Some(w) = wtype else { return loaded };
     if info.n_dims < 2 {
         return loaded;
@@ -51,19 +51,18 @@ fn target_type(info: &TensorInfo, wtype: Option<DType>) -> DType {
 }
 
 fn tensor_bytes<'s>(store: &'s TensorStore, info: &TensorInfo, to: DType) -> Result<Cow<'s, [u8]>> {
-    let from = DType::from_id(info.dtype.id());
-    if from == Some(to) {
+    let from = info.dtype;
+    if from == to {
         return Ok(store.load_bytes(info)?);
     }
-    let values = match from {
-        Some(t) if t.is_quantized() => {
-            let raw = store.load_bytes(info)?;
-            dequantize_rows(t, &raw, info.ne[0]).map_err(|e| Error::Convert {
-                key: info.name.clone(),
-                reason: e.to_string(),
-            })?
-        }
-        _ => store.to_f32(info)?,
+    let values = if from.is_quantized() {
+        let raw = store.load_bytes(info)?;
+        dequantize_rows(from, &raw, info.ne[0]).map_err(|e| Error::Convert {
+            key: info.name.clone(),
+            reason: e.to_string(),
+        })?
+    } else {
+        store.to_f32(info)?
     };
     convert_f32(&values, to, info.ne[0])
         .map(Cow::Owned)
@@ -74,13 +73,7 @@ fn tensor_bytes<'s>(store: &'s TensorStore, info: &TensorInfo, to: DType) -> Res
 }
 
 pub fn run(cfg: &RunConfig) -> Result<()> {
-    let wtype = match cfg.weight_type {
-        Some(name) => Some(
-            DType::from_name(name)
-                .ok_or_else(|| Error::Unsupported(format!("--type {name}: unknown ggml type")))?,
-        ),
-        None => None,
-    };
+    let wtype = cfg.weight_type;
     let mut store = TensorStore::new();
     for (path, prefix) in inputs(cfg) {
         log::info!("loading {}", path.display());
@@ -105,12 +98,8 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let mut types = Vec::with_capacity(infos.len());
     for info in &infos {
         let ty = target_type(info, wtype);
-        let dtype = DType::from_id(ty.id()).ok_or_else(|| Error::Convert {
-            key: info.name.clone(),
-            reason: format!("type {ty} cannot be written to GGUF"),
-        })?;
         let ne: Vec<u64> = info.shape().iter().map(|&d| d as u64).collect();
-        writer.add_tensor(&info.name, dtype, &ne)?;
+        writer.add_tensor(&info.name, ty, &ne)?;
         types.push(ty);
     }
     let total = infos.len();

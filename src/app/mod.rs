@@ -1,35 +1,29 @@
-//! Mode dispatch: what `sd-cli` does once its flags are validated.
+//! What `sd-cli` does once its flags are validated: the run's configuration ([`RunConfig`])
+//! and one module per mode. Image generation is family-agnostic: the family registry
+//! (`pipeline::registry`) supplies everything model-specific.
 
-mod backends;
+mod config;
 mod convert;
 mod devices;
 mod generate;
 mod metadata;
-mod sampling_setup;
+mod output;
+pub mod output_path;
 
-use crate::cli::{unimplemented_flags, unimplemented_mode, Mode, RunConfig};
-use crate::error::{Error, Result};
-
-pub use backends::{BackendPlan, Module};
+pub use config::{InputImages, Mode, OutputConfig, RunConfig, RuntimeConfig, SamplingConfig};
 pub use devices::print_devices;
-pub use sampling_setup::SamplingSetup;
+
+use crate::error::{Error, Result};
 
 /// Runs one validated invocation.
 pub fn run(cfg: &RunConfig) -> Result<()> {
     for w in &cfg.warnings {
         log::warn!("{w}");
     }
-    if let Some(mode) = unimplemented_mode(cfg) {
-        return Err(Error::Unsupported(format!(
-            "mode '{}' is not implemented yet in this build",
-            mode.as_str()
-        )));
-    }
-    let pending = unimplemented_flags(cfg);
-    if !pending.is_empty() {
+    if !cfg.pending_flags.is_empty() {
         return Err(Error::Unsupported(format!(
             "not implemented yet: {} (remove the flag to continue)",
-            pending.join(", ")
+            cfg.pending_flags.join(", ")
         )));
     }
     match cfg.mode {
@@ -37,7 +31,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         Mode::Convert => convert::run(cfg),
         Mode::ImgGen => generate::run(cfg),
         other => Err(Error::Unsupported(format!(
-            "mode '{}' is not implemented yet",
+            "mode '{}' is not implemented yet in this build",
             other.as_str()
         ))),
     }

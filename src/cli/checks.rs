@@ -1,11 +1,12 @@
 //! Small validation helpers of [`super::config::RunConfig::resolve`]: input files,
-//! image sides, threads, seeds, `--max-vram` syntax.
+//! image sides, threads, seeds.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::args::Cli;
-use super::config::{invalid, CliError, MAX_IMAGE_SIDE};
+use super::error::{invalid, CliError};
+use super::resolve::MAX_IMAGE_SIDE;
 
 pub(crate) fn check_file(flag: &'static str, p: &Option<PathBuf>) -> Result<(), CliError> {
     match p {
@@ -105,24 +106,6 @@ pub(crate) fn random_seed() -> i64 {
         .unwrap_or(0);
     h.write_u128(nanos);
     (h.finish() & 0x7fff_ffff) as i64
-}
-
-/// `--max-vram`: a number (GiB, negative = spare that much), or `device=GiB` items.
-pub(crate) fn check_max_vram(s: &str) -> Result<(), CliError> {
-    for item in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        let num = item.split_once('=').map(|(_, v)| v.trim()).unwrap_or(item);
-        match num.parse::<f64>() {
-            Ok(v) if v.is_finite() => {}
-            _ => {
-                return Err(invalid(
-                    "--max-vram",
-                    s,
-                    format!("'{item}' is not GiB or device=GiB"),
-                ))
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Every input file or folder named by a flag exists and is of the right kind.

@@ -1,20 +1,15 @@
-//! Command-line front end: flags ([`args`]), the `--model-args` / `--extra-sample-args`
-//! parsers ([`model_args`]), output naming ([`output_path`]), VAE tiling flag syntax
-//! ([`tiling`]) and the validated run configuration ([`config`]).
+//! Command-line front end: flags ([`args`]) and `RunConfig::resolve` ([`resolve`]), which
+//! turns them into the run's types ([`crate::app::RunConfig`]), checked, before any model
+//! loads. Flags that parse but are not implemented yet are listed in [`unimplemented`].
 
 pub mod args;
 mod checks;
-pub mod config;
-pub mod model_args;
-pub mod output_path;
-pub mod ref_image_args;
-pub mod tiling;
+mod error;
+pub mod resolve;
 pub mod unimplemented;
 
-pub use args::{Cli, Mode};
+pub use crate::app::{Mode, RunConfig};
+pub use args::Cli;
 pub use checks::physical_cores;
-pub use config::{align_size_up, CliError, RunConfig};
-pub use model_args::{ModelArgs, PrefixCacheType};
-pub use ref_image_args::RefImageArgs;
-pub use tiling::VaeTiling;
+pub use error::CliError;
 pub use unimplemented::{unimplemented_flags, unimplemented_mode};

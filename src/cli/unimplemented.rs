@@ -1,8 +1,7 @@
 //! Flags and modes that parse but are not implemented yet: one editable list each, and
 //! functions that report which of them a run used (so `main` can warn or refuse).
 
-use super::args::Mode;
-use super::config::RunConfig;
+use crate::app::{Mode, RunConfig};
 
 /// Flags that parse but whose feature is not implemented yet. The lead edits this list;
 /// [`unimplemented_flags`] reports the ones a run actually used.

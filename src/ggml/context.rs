@@ -12,8 +12,7 @@ use super::error::GgmlError;
 use super::sys;
 use crate::dtype::DType;
 
-/// A shape in ggml order: `ne[0]` is the innermost (contiguous) dimension.
-pub type Ne = [usize; 4];
+pub use crate::tensor::Ne;
 
 /// Owner of a `ggml_context` (metadata only; `no_alloc`).
 pub struct Context {

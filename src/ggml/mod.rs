@@ -23,7 +23,7 @@ pub use arena::{Arena, ReplicaId};
 pub use backend::{
     list_devices, Allocation, Backend, BackendChoice, BoundBuffer, DeviceInfo, DeviceKind, Gallocr,
 };
-pub use context::{Context, Ne, Tensor};
+pub use context::{Context, Tensor};
 pub use error::GgmlError;
 pub use gemm::{blocked_gemm_available, BlockedOp, CpuKernels};
 pub use graph::{ComputeGraph, Graph, SubGraph};

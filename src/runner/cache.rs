@@ -12,7 +12,8 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::dtype::DType;
-use crate::ggml::{Arena, Backend, Context, GgmlError, Ne, Tensor};
+use crate::ggml::{Arena, Backend, Context, GgmlError, Tensor};
+use crate::tensor::Ne;
 
 /// Most stores one graph may make (Qwen Image 2.1 makes two per layer).
 const MAX_STORES_PER_GRAPH: usize = 4096;

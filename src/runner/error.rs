@@ -1,6 +1,7 @@
 use thiserror::Error;
 
-use crate::ggml::{GgmlError, Ne};
+use crate::ggml::GgmlError;
+use crate::tensor::Ne;
 
 #[derive(Debug, Error)]
 pub enum RunnerError {

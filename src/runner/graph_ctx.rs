@@ -6,7 +6,8 @@ use std::ops::Deref;
 use super::cache::{CacheStores, NamedCache};
 use super::weights::{ModelWeights, Param};
 use crate::dtype::DType;
-use crate::ggml::{Context, CpuKernels, Graph, Ne, Tensor};
+use crate::ggml::{Context, CpuKernels, Graph, Tensor};
+use crate::tensor::Ne;
 
 pub(crate) enum InputData {
     F32(Vec<f32>),

@@ -8,7 +8,9 @@ mod cache;
 mod error;
 mod graph_ctx;
 pub mod graph_cut;
-mod host;
+mod load;
+mod placement;
+
 mod profile;
 mod source;
 mod weights;
@@ -20,13 +22,17 @@ use std::time::Instant;
 pub use cache::NamedCache;
 pub use error::RunnerError;
 pub use graph_ctx::{CutMark, GraphCtx};
-pub use graph_cut::{MaxVram, MemoryOptions, RunReport, SegmentReport};
-pub use host::HostTensor;
+pub use graph_cut::{MaxVram, MemoryOptions, RunReport, SegmentReport, VramLimit};
+pub use load::{LoadOptions, Loaded};
+pub use placement::{BackendPlan, BackendSpec, Role};
+
 pub use source::{MemorySource, SourceTensor, StoreSource, WeightSource};
 pub use weights::{convert_f32, ModelWeights, Param, Storage, WeightBuilder, WeightLoader};
 
 use crate::dtype::DType;
-use crate::ggml::{Backend, Context, Gallocr, Graph, Ne, Tensor};
+use crate::ggml::{Backend, Context, Gallocr, Graph, Tensor};
+use crate::tensor::HostTensor;
+use crate::tensor::Ne;
 use cache::CacheStores;
 use graph_ctx::InputData;
 
@@ -102,9 +108,9 @@ impl Runner {
             options
                 .memory_budget
                 .or(match options.memory.max_vram.for_device(backend.name()) {
-                    MaxVram::Budget(b) => Some(b),
-                    MaxVram::FreeMinus(spare) => Some(backend.memory().0.saturating_sub(spare)),
-                    MaxVram::DeviceFree | MaxVram::PerDevice(_) => None,
+                    VramLimit::Budget(b) => Some(b),
+                    VramLimit::FreeMinus(spare) => Some(backend.memory().0.saturating_sub(spare)),
+                    VramLimit::DeviceFree => None,
                 });
         if let Some(b) = budget {
             log::debug!("{name}: device budget {:.1} MiB", graph_cut::mib(b));

@@ -7,7 +7,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::dtype::DType;
-use crate::ggml::{dequantize_rows, Ne};
+use crate::ggml::dequantize_rows;
+use crate::tensor::Ne;
 use crate::weights::{SourceDType, TensorStore};
 
 /// Converts a tensor's raw bytes to f32 values (or says why it cannot).

@@ -15,7 +15,8 @@ use std::time::Instant;
 use super::error::RunnerError;
 use super::source::WeightSource;
 use crate::dtype::DType;
-use crate::ggml::{quantize_rows, Arena, Backend, Ne, Tensor};
+use crate::ggml::{quantize_rows, Arena, Backend, Tensor};
+use crate::tensor::Ne;
 
 /// Index of a declared weight inside its [`ModelWeights`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

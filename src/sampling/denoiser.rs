@@ -163,33 +163,6 @@ impl FromStr for Prediction {
     }
 }
 
-/// Adapts a raw model call `(scaled_x, timestep, step) -> model output` into a
-/// [`Denoiser`] using a prediction type and noise table. The closure applies guidance
-/// (e.g. with [`super::guidance::cfg`]) on raw outputs, as upstream does.
-pub struct ModelDenoiser<F>
-where
-    F: FnMut(&[f32], f32, usize) -> Result<Vec<f32>, SamplingError>,
-{
-    /// Parameterisation.
-    pub prediction: Prediction,
-    /// sigma -> timestep table.
-    pub schedule: ModelSchedule,
-    /// The model call.
-    pub model: F,
-}
-
-impl<F> Denoiser for ModelDenoiser<F>
-where
-    F: FnMut(&[f32], f32, usize) -> Result<Vec<f32>, SamplingError>,
-{
-    fn denoise(&mut self, x: &[f32], sigma: f32, step: usize) -> Result<Vec<f32>, SamplingError> {
-        let input = self.prediction.model_input(x, sigma);
-        let t = self.schedule.sigma_to_t(sigma);
-        let out = (self.model)(&input, t, step)?;
-        self.prediction.to_denoised(&out, x, sigma)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,22 +199,5 @@ mod tests {
             Prediction::FluxFlow
         );
         assert!("x0".parse::<Prediction>().is_err());
-    }
-
-    #[test]
-    fn model_denoiser_passes_timestep() {
-        let mut seen = vec![];
-        let mut d = ModelDenoiser {
-            prediction: Prediction::Sd3Flow,
-            schedule: ModelSchedule::Flow { shift: 3.0 },
-            model: |x: &[f32], t: f32, _s: usize| {
-                seen.push(t);
-                Ok(vec![0.0; x.len()])
-            },
-        };
-        let out = d.denoise(&[1.0, 2.0], 0.5, 1).unwrap();
-        assert_eq!(out, vec![1.0, 2.0]);
-        drop(d);
-        assert_eq!(seen, vec![500.0]);
     }
 }

@@ -2,7 +2,8 @@
 //! k-diffusion style samplers of stable-diffusion.cpp.
 //!
 //! A sampler only sees a [`Denoiser`] (x, sigma) -> denoised estimate; the model
-//! parameterisation (eps / v / EDM / flow) lives behind it (see [`denoiser`]).
+//! parameterisation (eps / v / EDM / flow) lives behind it (see [`denoiser`]), and every
+//! family's model runs behind the one [`GuidedDenoiser`] (guidance, CFG++).
 //! All samplers share one signature and are reached through [`sample`].
 //!
 //! The pipeline's entry points: [`SamplingPlan`] (sampler + schedule + settings,
@@ -11,7 +12,7 @@
 
 pub mod denoiser;
 pub mod extra_args;
-pub mod guidance;
+pub mod guided;
 pub mod plan;
 pub mod samplers;
 pub mod schedules;
@@ -24,10 +25,11 @@ use std::str::FromStr;
 
 use crate::rng::Rng;
 
-pub use denoiser::{CfgPpOutput, Denoiser, ModelDenoiser, Prediction, Scalings};
+pub use denoiser::{CfgPpOutput, Denoiser, Prediction, Scalings};
 pub use extra_args::{
     parse_extra_sample_args, split_extra_sample_args, ExtraSampleArgs, ScheduleOverrides,
 };
+pub use guided::{Guidance, GuidedDenoiser, GuidedModel, ModelCall, Needs, Predictions};
 pub use plan::{custom_sigmas, parse_sigmas_arg, SamplingPlan};
 pub use samplers::SamplerExtraArgs;
 pub use schedules::{get_sigmas, AysFamily, ScheduleKind, ScheduleOptions};

@@ -13,7 +13,6 @@ pub mod load;
 mod nfc;
 mod nfc_tables;
 pub mod precompiled;
-pub mod qwen_template;
 pub mod sentencepiece_model;
 pub mod t5;
 pub mod tokenizer_json;
@@ -28,10 +27,6 @@ pub use bpe_load::{
 pub use error::TokenizerError;
 pub use load::{find_t5_tokenizer, load_t5_tokenizer, MAX_TOKENIZER_FILE_BYTES, T5_EXTRA_IDS};
 pub use nfc::nfc;
-pub use qwen_template::{
-    qwen_image_21_edit_prompt_ids, qwen_image_21_edit_template, qwen_image_21_prompt_ids,
-    qwen_image_21_template, QWEN_IMAGE_PAD,
-};
 pub use sentencepiece_model::{from_gguf_vocab, from_spiece_model};
 pub use t5::{pixart_clean, Encoding, T5Tokenizer};
 pub use tokenizer_json::from_tokenizer_json;

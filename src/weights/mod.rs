@@ -1,6 +1,6 @@
 //! Model files: safetensors and GGUF readers (memory-mapped, validating), a GGUF writer,
 //! [`TensorStore`] (name → type, shape, file, offset), element types, and checkpoint name
-//! normalisation / model-family detection.
+//! normalisation.
 //!
 //! This layer is pure Rust and never touches ggml: it describes where each tensor's bytes are
 //! and what ggml type they load as. Every size, count and offset read from a file is checked
@@ -23,7 +23,7 @@ pub mod store;
 pub use dtype::{convert_for_load, to_f32, SourceDType};
 pub use error::{Result, WeightsError};
 pub use gguf::{GgufHeader, GgufMetadata, GgufTensorInfo, GgufType, GgufValue, GgufWriter};
-pub use names::{detect_family, normalize_name, Component, ModelFamily, Naming};
+pub use names::{normalize_name, Component};
 pub use store::{FileFormat, FileMeta, TensorInfo, TensorStore};
 
 use std::fs::{self, File};

@@ -1,4 +1,5 @@
-//! Checkpoint name normalisation and model-family detection.
+//! Checkpoint name normalisation (model families are detected by their registry entries,
+//! `pipeline::registry`).
 //!
 //! Checkpoints name the same tensor differently depending on who saved them: a full SD-style
 //! checkpoint says `model.diffusion_model.x_embedder.proj.weight`, ComfyUI's split files say
@@ -15,10 +16,6 @@
 //! | `text_encoders.t5xxl.transformer.`, `text_encoders.t5xxl.` | T5 |
 //! | `text_encoders.llm.`                | Llm         |
 //! | `cond_stage_model.transformer.`, `text_encoder.`, `te.` | TextEncoder |
-
-use std::collections::HashSet;
-
-use super::store::TensorStore;
 
 /// A model component, each with one canonical name prefix in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,78 +102,6 @@ pub fn normalize_name(name: &str, prefix: &str) -> String {
     } else {
         format!("{prefix}{name}")
     }
-}
-
-/// Naming convention of a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Naming {
-    /// The original research code's names (PixArt repo, CompVis VAE, HF transformers T5).
-    Original,
-    /// diffusers' names.
-    Diffusers,
-    /// llama.cpp GGUF names (`enc.blk.N.attn_q`).
-    LlamaCpp,
-}
-
-/// Model architecture detected from tensor names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ModelFamily {
-    PixArt(Naming),
-    QwenImage21,
-    T5Encoder(Naming),
-    AutoencoderKL(Naming),
-    Unknown,
-}
-
-/// Detects the main architecture in `store`: diffusion models first (PixArt, Qwen Image 2.1),
-/// then a T5 encoder, then an AutoencoderKL. Component prefixes are ignored.
-pub fn detect_family(store: &TensorStore) -> ModelFamily {
-    detect_from_names(store.iter().map(|t| t.name.as_str()))
-}
-
-/// Like [`detect_family`], looking only at tensors under `prefix` (e.g. `Component::Vae.prefix()`).
-pub fn detect_family_with_prefix(store: &TensorStore, prefix: &str) -> ModelFamily {
-    detect_from_names(store.with_prefix(prefix).map(|t| &t.name[prefix.len()..]))
-}
-
-/// Detection over raw names (known component prefixes are stripped first).
-pub fn detect_from_names<'a>(names: impl Iterator<Item = &'a str>) -> ModelFamily {
-    let set: HashSet<&str> = names
-        .map(|n| split_component(n).map_or(n, |(_, rest)| rest))
-        .collect();
-    let has = |n: &str| set.contains(n);
-    let any = |p: &str| set.iter().any(|n| n.starts_with(p));
-
-    // PixArt shares adaln_single with LTX-AV; audio_patchify_proj rules that out (as upstream).
-    let ltx = has("audio_patchify_proj.weight");
-    if !ltx && has("t_block.1.weight") && has("x_embedder.proj.weight") {
-        return ModelFamily::PixArt(Naming::Original);
-    }
-    if !ltx
-        && has("adaln_single.linear.weight")
-        && has("pos_embed.proj.weight")
-        && any("transformer_blocks.")
-    {
-        return ModelFamily::PixArt(Naming::Diffusers);
-    }
-    if has("txt_in.text_norm.weight") && has("modulation.1.weight") && has("img_in.weight") {
-        return ModelFamily::QwenImage21;
-    }
-    if any("encoder.block.0.layer.0.SelfAttention.") {
-        return ModelFamily::T5Encoder(Naming::Original);
-    }
-    if any("enc.blk.0.attn_q.") {
-        return ModelFamily::T5Encoder(Naming::LlamaCpp);
-    }
-    if has("decoder.conv_in.weight") || has("encoder.conv_in.weight") {
-        if any("decoder.up_blocks.") || any("encoder.down_blocks.") {
-            return ModelFamily::AutoencoderKL(Naming::Diffusers);
-        }
-        if any("decoder.up.") || any("encoder.down.") {
-            return ModelFamily::AutoencoderKL(Naming::Original);
-        }
-    }
-    ModelFamily::Unknown
 }
 
 /// llama.cpp GGUF T5 names → HF transformers names (`enc.blk.3.attn_q.weight` →
@@ -419,72 +344,5 @@ mod tests {
         );
         assert_eq!(t5_llamacpp_to_hf("enc.blk.x.attn_q.weight"), None);
         assert_eq!(t5_llamacpp_to_hf("other"), None);
-    }
-
-    #[test]
-    fn detect_table() {
-        let cases: [(&[&str], ModelFamily); 8] = [
-            (
-                &[
-                    "t_block.1.weight",
-                    "x_embedder.proj.weight",
-                    "blocks.0.attn.qkv.weight",
-                ],
-                ModelFamily::PixArt(Naming::Original),
-            ),
-            (
-                &[
-                    "model.diffusion_model.adaln_single.linear.weight",
-                    "model.diffusion_model.pos_embed.proj.weight",
-                    "model.diffusion_model.transformer_blocks.0.attn1.to_q.weight",
-                ],
-                ModelFamily::PixArt(Naming::Diffusers),
-            ),
-            (
-                &[
-                    "adaln_single.linear.weight",
-                    "pos_embed.proj.weight",
-                    "transformer_blocks.0.x",
-                    "audio_patchify_proj.weight",
-                ],
-                ModelFamily::Unknown,
-            ),
-            (
-                &[
-                    "txt_in.text_norm.weight",
-                    "modulation.1.weight",
-                    "img_in.weight",
-                ],
-                ModelFamily::QwenImage21,
-            ),
-            (
-                &[
-                    "shared.weight",
-                    "encoder.block.0.layer.0.SelfAttention.q.weight",
-                ],
-                ModelFamily::T5Encoder(Naming::Original),
-            ),
-            (
-                &["token_embd.weight", "enc.blk.0.attn_q.weight"],
-                ModelFamily::T5Encoder(Naming::LlamaCpp),
-            ),
-            (
-                &[
-                    "decoder.conv_in.weight",
-                    "decoder.up_blocks.0.resnets.0.conv1.weight",
-                ],
-                ModelFamily::AutoencoderKL(Naming::Diffusers),
-            ),
-            (
-                &[
-                    "first_stage_model.decoder.conv_in.weight",
-                    "first_stage_model.decoder.up.0.block.0.conv1.weight",
-                ],
-                ModelFamily::AutoencoderKL(Naming::Original),
-            ),
-        ];
-        for (names, want) in cases {
-            assert_eq!(detect_from_names(names.iter().copied()), want, "{names:?}");
-        }
     }
 }

@@ -87,6 +87,8 @@ pub struct TensorStore {
     tensors: Vec<TensorInfo>,
     index: HashMap<String, usize>,
     skipped: Vec<(String, SourceDType)>,
+    /// While adding: keep only names starting with this ("" keeps all).
+    keep: String,
 }
 
 /// Candidate weight files inside a diffusers component folder, in order of preference.
@@ -119,19 +121,36 @@ impl TensorStore {
     /// `prefix` (e.g. `"model.diffusion_model."`). Names already in the store are rejected.
     /// A file that fails validation leaves the store unchanged; for a sharded index, shards
     /// added before the failing one stay in the store.
+    ///
+    /// A folder's `config.json` is kept with its files; so is the `config.json` beside a
+    /// weights file named as diffusers names a component's weights
+    /// (`vae/diffusion_pytorch_model.safetensors`, `text_encoder/model.safetensors`, shards and
+    /// their index), since that file means the same as its folder.
     pub fn add_file(&mut self, path: &Path, prefix: &str) -> Result<()> {
+        self.add_part(path, prefix, "")
+    }
+
+    /// Like [`TensorStore::add_file`], keeping only the tensors whose store names start with
+    /// `keep` (one component of a checkpoint that holds several).
+    pub fn add_part(&mut self, path: &Path, prefix: &str, keep: &str) -> Result<()> {
         let meta = fs::metadata(path).map_err(|e| WeightsError::io(path, e))?;
-        if meta.is_dir() {
-            return self.add_folder(path, prefix);
-        }
-        let is_index = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.ends_with(".json"));
-        if is_index {
-            return self.add_index(path, prefix, None);
-        }
-        self.add_single(path, prefix, None)
+        let saved = std::mem::replace(&mut self.keep, keep.to_string());
+        let result = if meta.is_dir() {
+            self.add_folder(path, prefix)
+        } else {
+            let config = beside_config(path)?;
+            let is_index = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".json"));
+            if is_index {
+                self.add_index(path, prefix, config)
+            } else {
+                self.add_single(path, prefix, config)
+            }
+        };
+        self.keep = saved;
+        result
     }
 
     fn add_folder(&mut self, dir: &Path, prefix: &str) -> Result<()> {
@@ -175,7 +194,7 @@ impl TensorStore {
                 .map(|&i| &self.tensors[i])
                 .filter(|t| t.file >= first_file && self.files[t.file].path == shard_path);
             let skipped = self.skipped.iter().any(|(n, _)| *n == full);
-            if found.is_none() && !skipped {
+            if found.is_none() && !skipped && full.starts_with(&self.keep) {
                 return Err(WeightsError::MissingTensor {
                     key: name.clone(),
                     file: shard_path,
@@ -250,6 +269,7 @@ impl TensorStore {
                 path: path.to_path_buf(),
             });
         }
+        new.retain(|t| t.name.starts_with(&self.keep));
         // Validate all names first so a failed file leaves the store unchanged.
         let mut seen = HashMap::new();
         for t in &new {
@@ -429,6 +449,28 @@ fn ggml_ne(ne: &[u64], key: &str, path: &Path) -> Result<([usize; 4], usize)> {
         })?;
     }
     Ok((out, ne.len().clamp(1, MAX_DIMS)))
+}
+
+/// Weight file names diffusers gives a component inside its folder (shards start with these).
+const DIFFUSERS_WEIGHT_STEMS: [&str; 2] = ["diffusion_pytorch_model", "model"];
+
+/// The `config.json` beside `path` when `path` is a diffusers component's weights file (see
+/// [`TensorStore::add_file`]); `None` for any other file.
+fn beside_config(path: &Path) -> Result<Option<Value>> {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(None);
+    };
+    let diffusers_named = DIFFUSERS_WEIGHT_STEMS.iter().any(|stem| {
+        name.strip_prefix(stem)
+            .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+            && (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json"))
+    });
+    let config = path.with_file_name("config.json");
+    if diffusers_named && config.is_file() {
+        Ok(Some(read_json(&config)?))
+    } else {
+        Ok(None)
+    }
 }
 
 fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {

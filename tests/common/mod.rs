@@ -5,16 +5,17 @@
 mod qwen_fixture;
 // Not every test binary loads the Qwen fixtures.
 #[allow(unused_imports)]
-pub use qwen_fixture::{qwen_pipeline, qwen_store, QwenParts};
+pub use qwen_fixture::{component, qwen_pipeline, qwen_store, QwenParts};
 
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use sd_cli::ggml::{Backend, Ne};
+use sd_cli::ggml::Backend;
 use sd_cli::runner::{
-    GraphCtx, HostTensor, ModelWeights, RunOptions, Runner, StoreSource, WeightBuilder,
-    WeightLoader,
+    GraphCtx, ModelWeights, RunOptions, Runner, StoreSource, WeightBuilder, WeightLoader,
 };
+use sd_cli::tensor::HostTensor;
+use sd_cli::tensor::Ne;
 use sd_cli::weights::TensorStore;
 
 pub fn fixture_path(rel: &str) -> PathBuf {

@@ -1,31 +1,43 @@
 //! The tiny Qwen Image 2.1 fixture folders (`qwen_image_pipeline`, `qwen_edit_pipeline`):
-//! their files as one store, and the pipeline loaded from them.
+//! their components, and the pipeline loaded from them.
 
 use std::path::Path;
 
-use sd_cli::app::BackendPlan;
-use sd_cli::dtype::DType;
-use sd_cli::pipeline::qwen_image_2_1::{QwenImage21Load, QwenImage21Pipeline};
-use sd_cli::runner::MemoryOptions;
-use sd_cli::weights::{Component, TensorStore};
+use sd_cli::pipeline::components::{ComponentFiles, ComponentId, ComponentStore, Needs};
+use sd_cli::pipeline::qwen_image_2_1::QwenImage21Pipeline;
+use sd_cli::pipeline::{LoadContext, ModelArgs};
+use sd_cli::runner::{BackendPlan, MemoryOptions};
+
+/// One component opened from `path` (a file or diffusers folder).
+pub fn component(id: ComponentId, path: &Path) -> ComponentStore {
+    ComponentStore::open(id, path, false).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
 
 /// The transformer, LLM and VAE files of `dir` (and its `llm_vision` folder with `vision`).
-pub fn qwen_store(dir: &Path, vision: bool) -> TensorStore {
-    let mut s = TensorStore::new();
-    s.add_file(
-        &dir.join("diffusion_model.safetensors"),
-        Component::Diffusion.prefix(),
-    )
-    .unwrap();
-    s.add_file(&dir.join("llm.safetensors"), Component::Llm.prefix())
-        .unwrap();
+pub fn qwen_store(dir: &Path, vision: bool) -> ComponentFiles {
+    let mut files = ComponentFiles::new("Qwen Image 2.1")
+        .with(
+            ComponentId::Diffusion,
+            component(
+                ComponentId::Diffusion,
+                &dir.join("diffusion_model.safetensors"),
+            ),
+        )
+        .with(
+            ComponentId::Llm,
+            component(ComponentId::Llm, &dir.join("llm.safetensors")),
+        )
+        .with(
+            ComponentId::Vae,
+            component(ComponentId::Vae, &dir.join("vae.safetensors")),
+        );
     if vision {
-        s.add_file(&dir.join("llm_vision"), Component::Llm.prefix())
-            .unwrap();
+        files.insert(
+            ComponentId::LlmVision,
+            component(ComponentId::LlmVision, &dir.join("llm_vision")),
+        );
     }
-    s.add_file(&dir.join("vae.safetensors"), Component::Vae.prefix())
-        .unwrap();
-    s
+    files
 }
 
 /// Which optional parts the pipeline builds.
@@ -37,29 +49,33 @@ pub struct QwenParts {
     pub vision: bool,
 }
 
-/// The pipeline over `store` (f32 prefix cache when `cache`), tokenizer beside `dir`'s LLM.
+/// The pipeline over `files` (f32 prefix cache when `cache`, else no cache).
 pub fn qwen_pipeline(
-    dir: &Path,
-    store: &TensorStore,
+    files: &ComponentFiles,
     plan: &BackendPlan,
     cache: bool,
     parts: QwenParts,
 ) -> QwenImage21Pipeline {
-    let llm = dir.join("llm.safetensors");
-    let vision = dir.join("llm_vision");
-    QwenImage21Pipeline::load(&QwenImage21Load {
-        store,
-        llm_path: Some(&llm),
-        tokenizer_path: None,
-        wtype: None,
-        flash_attn: false,
-        backends: plan,
-        memory: MemoryOptions::default(),
-        prefix_cache: cache,
-        prefix_cache_type: DType::F32,
-        need_encoder: parts.encoder,
-        need_vision: parts.vision,
-        vision_path: parts.vision.then_some(vision.as_path()),
-    })
+    let args = if cache {
+        "qwen_image_2_1_prefix_cache_type=f32"
+    } else {
+        "qwen_image_2_1_prefix_cache=false"
+    };
+    let model_args = ModelArgs::parse(args).0;
+    QwenImage21Pipeline::load(
+        files,
+        &LoadContext {
+            backends: plan,
+            memory: MemoryOptions::default(),
+            wtype: None,
+            flash_attn: false,
+            model_args: &model_args,
+            needs: Needs {
+                encoder: parts.encoder,
+                references: parts.vision,
+            },
+            t5_tokenizer: None,
+        },
+    )
     .expect("pipeline loads")
 }

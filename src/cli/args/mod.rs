@@ -31,51 +31,9 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 
 use clap::parser::ValueSource;
-use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
-/// Run mode (`-M/--mode`), upstream's `modes_str`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default, serde::Serialize)]
-pub enum Mode {
-    /// Text/image to image (default).
-    #[default]
-    #[value(name = "img_gen")]
-    #[serde(rename = "img_gen")]
-    ImgGen,
-    /// Post-process an image with a YOLOv8 detector and cropped inpainting.
-    #[value(name = "adetailer")]
-    #[serde(rename = "adetailer")]
-    Adetailer,
-    /// Video generation.
-    #[value(name = "vid_gen")]
-    #[serde(rename = "vid_gen")]
-    VidGen,
-    /// Convert model weights to GGUF.
-    #[value(name = "convert")]
-    #[serde(rename = "convert")]
-    Convert,
-    /// Upscale `--init-img` with `--upscale-model`.
-    #[value(name = "upscale")]
-    #[serde(rename = "upscale")]
-    Upscale,
-    /// Print the metadata of `--image` without loading a model.
-    #[value(name = "metadata")]
-    #[serde(rename = "metadata")]
-    Metadata,
-}
-
-impl Mode {
-    /// Upstream's spelling of the mode.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::ImgGen => "img_gen",
-            Mode::Adetailer => "adetailer",
-            Mode::VidGen => "vid_gen",
-            Mode::Convert => "convert",
-            Mode::Upscale => "upscale",
-            Mode::Metadata => "metadata",
-        }
-    }
-}
+pub use crate::app::Mode;
 
 /// All flags of `sd-cli`.
 #[derive(Debug, Clone, Parser)]

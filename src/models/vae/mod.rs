@@ -1,5 +1,31 @@
-//! Autoencoders (latent <-> pixels).
+//! Autoencoders (latent <-> pixels) and the [`Vae`] interface every pipeline decodes and
+//! encodes through (with tiling and the out-of-memory retry, `pipeline::vae`).
 
 pub mod autoencoder_kl;
 pub mod qwen_image_2_1_vae;
 pub mod tiling;
+
+use crate::ggml::Tensor;
+use crate::runner::{GraphCtx, RunnerError};
+
+/// What a pipeline needs of any VAE: its spatial scale, which halves it has, and graph
+/// builders for both directions. Latents here are in the VAE's own space (the family's
+/// scaling or statistics are applied outside).
+pub trait Vae {
+    /// Image pixels per latent pixel along each axis.
+    fn scale_factor(&self) -> usize;
+    fn has_encoder(&self) -> bool;
+    fn has_decoder(&self) -> bool;
+    /// Image channels the encoder takes (3 RGB, 4 RGBA).
+    fn image_channels(&self) -> usize;
+    /// Checks that a `width × height` image can be encoded (any size unless a VAE says).
+    fn check_encode_size(&self, _width: usize, _height: usize) -> Result<(), RunnerError> {
+        Ok(())
+    }
+    /// Latent [w, h, C, N] → raw decoder output [w·f, h·f, C_out, N], about [−1, 1].
+    /// Only when [`Vae::has_decoder`].
+    fn decode<'g>(&self, g: &'g GraphCtx<'g>, z: Tensor<'g>) -> Tensor<'g>;
+    /// Image [W, H, C_in, N] in [−1, 1] → the posterior mean [W/f, H/f, C, N]. Only when
+    /// [`Vae::has_encoder`].
+    fn encode_mean<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g>;
+}

@@ -4,22 +4,24 @@
 //! `image=`). Both conditions of CFG see the same references.
 
 use std::hash::{Hash, Hasher};
-use std::path::Path;
+use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::image_io::Image;
 use crate::models::dit::qwen_image_2_1::PrefixLayout;
-use crate::models::te::qwen3::{encode_qwen_image_21_edit, VisionEmbeds};
+use crate::models::te::qwen3::VisionEmbeds;
 use crate::models::te::qwen3_vl_vision::{
     encode_image as encode_vision, qwen3_vl_vision_hparams, Qwen3VlVision, Qwen3VlVisionConfig,
     Qwen3VlVisionSource, VisionPreprocessConfig,
 };
-use crate::models::vae::tiling::{Planar, TileSettings};
+use crate::models::vae::tiling::TileSettings;
+use crate::pipeline::components::{ComponentId, ComponentStore};
 use crate::progress::Progress;
-use crate::runner::{HostTensor, Runner, WeightLoader};
-use crate::weights::{Component, TensorStore};
+use crate::runner::{LoadOptions, Loaded, Runner};
+use crate::tensor::HostTensor;
 
 use super::refs::{prepare_reference, reference_size};
+use super::template::encode_edit_prompt;
 use super::{PromptCondition, QwenImage21Pipeline};
 
 /// An edit prompt's encoder rows [hidden, L] and which rows are image slots.
@@ -27,8 +29,7 @@ pub(super) type EditEmbedding = (HostTensor, Vec<bool>);
 
 /// The vision tower with its image-processor settings.
 pub(super) struct Vision {
-    model: Qwen3VlVision,
-    runner: Runner,
+    tower: Loaded<Qwen3VlVision>,
     preprocess: VisionPreprocessConfig,
 }
 
@@ -67,30 +68,29 @@ impl EditInputs {
     }
 }
 
-/// The image-processor settings: `preprocessor_config.json` beside the vision (or LLM) file,
-/// else mmproj GGUF metadata, else Qwen3-VL's released values.
-fn preprocess_config(store: &TensorStore, files: &[&Path]) -> Result<VisionPreprocessConfig> {
-    let candidates = files.iter().flat_map(|f| {
-        let inside = f.is_dir().then(|| f.join("preprocessor_config.json"));
-        inside
-            .into_iter()
-            .chain(f.parent().map(|d| d.join("preprocessor_config.json")))
-    });
+/// The image-processor settings: `preprocessor_config.json` in or beside the vision (then the
+/// LLM) file, else the vision file's mmproj GGUF metadata, else Qwen3-VL's released values.
+fn preprocess_config(
+    vision: &ComponentStore,
+    llm: &ComponentStore,
+) -> Result<VisionPreprocessConfig> {
+    let candidates = [&vision.path, &llm.path]
+        .into_iter()
+        .flat_map(|f: &PathBuf| {
+            let inside = f.is_dir().then(|| f.join("preprocessor_config.json"));
+            inside
+                .into_iter()
+                .chain(f.parent().map(|d| d.join("preprocessor_config.json")))
+        });
     for json in candidates {
-        {
-            if json.is_file() {
-                log::debug!("vision preprocessing: {}", json.display());
-                return VisionPreprocessConfig::from_json_file(&json)
-                    .map_err(|e| Error::Unsupported(e.to_string()));
-            }
+        if json.is_file() {
+            log::debug!("vision preprocessing: {}", json.display());
+            return VisionPreprocessConfig::from_json_file(&json)
+                .map_err(|e| Error::Unsupported(e.to_string()));
         }
     }
     let mut cfg = VisionPreprocessConfig::default();
-    for f in store
-        .files()
-        .iter()
-        .filter(|f| f.prefix == Component::Llm.prefix())
-    {
+    for f in vision.store.files() {
         cfg = cfg.with_gguf(&f.gguf).map_err(|reason| Error::Model {
             path: f.path.clone(),
             reason,
@@ -100,37 +100,40 @@ fn preprocess_config(store: &TensorStore, files: &[&Path]) -> Result<VisionPrepr
 }
 
 impl Vision {
-    /// Loads the vision tower found under the LLM's component prefix (a `--llm_vision` file
-    /// or vision weights inside the LLM file).
+    /// Loads the vision tower from its own files (a `--llm_vision` file, or the LLM file
+    /// when that holds the vision weights); hyper-parameters come from those files only.
     pub(super) fn load(
-        store: &TensorStore,
-        files: &[&Path],
-        backend: std::rc::Rc<crate::ggml::Backend>,
-        opts: crate::runner::RunOptions,
-        memory: &crate::runner::MemoryOptions,
+        vision: &ComponentStore,
+        llm: &ComponentStore,
+        opts: LoadOptions,
     ) -> Result<Self> {
-        let src = Qwen3VlVisionSource::new(store, Component::Llm.prefix());
-        let loader = WeightLoader::new(&src, None);
-        let hp = qwen3_vl_vision_hparams(store, Component::Llm.prefix());
-        let config = Qwen3VlVisionConfig::detect(&loader.root(""), &hp).map_err(|e| {
-            Error::Unsupported(format!(
-                "Qwen Image 2.1 editing needs the Qwen3-VL vision weights (pass --llm_vision \
-                 with the mmproj GGUF or the vision safetensors, or an LLM file that holds \
-                 them): {e}"
-            ))
-        })?;
-        log::debug!("qwen3-vl vision: {config:?}");
-        let model = Qwen3VlVision::new(&loader.root(""), config)?;
-        let weights = loader.finish_for(&backend, "qwen3vl_vision", memory)?;
+        let prefix = ComponentId::LlmVision.prefix();
+        let src = Qwen3VlVisionSource::new(&vision.store, prefix);
+        let hp = qwen3_vl_vision_hparams(&vision.store, prefix);
+        let tower = Runner::load(
+            "qwen3vl_vision",
+            &src,
+            opts,
+            |wb| -> Result<Qwen3VlVision> {
+                let config = Qwen3VlVisionConfig::detect(wb, &hp).map_err(|e| {
+                    Error::Unsupported(format!(
+                        "Qwen Image 2.1 editing needs the Qwen3-VL vision weights (pass \
+                     --llm_vision with the mmproj GGUF or the vision safetensors, or an LLM \
+                     file that holds them): {e}"
+                    ))
+                })?;
+                log::debug!("qwen3-vl vision: {config:?}");
+                Ok(Qwen3VlVision::new(wb, config)?)
+            },
+        )?;
         Ok(Self {
-            model,
-            runner: Runner::new("qwen3vl_vision", backend, Some(weights), opts),
-            preprocess: preprocess_config(store, files)?,
+            tower,
+            preprocess: preprocess_config(vision, llm)?,
         })
     }
 
     pub(super) fn out_hidden(&self) -> usize {
-        self.model.config().out_hidden
+        self.tower.model.config().out_hidden
     }
 
     /// The vision embeddings of an RGB image (already at a multiple of patch × merge).
@@ -160,7 +163,7 @@ impl Vision {
         let (patches, [_, gh, gw]) = p
             .patchify(rgb, width, height)
             .map_err(|e| Error::Unsupported(e.to_string()))?;
-        let out = encode_vision(&self.runner, &self.model, &patches, gh, gw)
+        let out = encode_vision(&self.tower.runner, &self.tower.model, &patches, gh, gw)
             .map_err(|e| Error::Unsupported(e.to_string()))?;
         let m = p.merge_size;
         Ok(VisionEmbeds {
@@ -202,13 +205,9 @@ impl QwenImage21Pipeline {
                 img.height
             );
             let p = prepare_reference(img, w, h)?;
-            let x = Planar::new(w, h, 4, p.vae_input)?;
-            let z = self.encode_image(&x, tiling)?;
+            let x = HostTensor::image(w, h, 4, p.vae_input)?;
+            latents.push(self.encode_image(&x, tiling)?);
             embeds.push(vision.encode(i, &p.vision_rgb, w, h)?);
-            latents.push(
-                HostTensor::new([z.w, z.h, z.c, 1], z.data)
-                    .ok_or_else(|| Error::Unsupported("reference latent shape".into()))?,
-            );
             bar.set(i + 1);
         }
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -256,9 +255,9 @@ impl QwenImage21Pipeline {
     ) -> Result<(HostTensor, Vec<bool>)> {
         let key = format!("{:016x}\u{0}{prompt}", edit.id());
         self.edit_embeds.get_or_try(&key, || {
-            encode_qwen_image_21_edit(
-                &self.te_runner,
-                &self.te,
+            encode_edit_prompt(
+                &self.te.runner,
+                &self.te.model,
                 &self.tokenizer,
                 prompt,
                 &edit.vision,

@@ -23,9 +23,9 @@ pub const PLANNING_HEADROOM: usize = 128 << 20;
 /// Device memory never planned for on a GPU (driver scratch, fragmentation).
 pub const GPU_SCRATCH_RESERVE: usize = 512 << 20;
 
-/// `--max-vram`: where the device budget comes from.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub enum MaxVram {
+/// Where one device's budget comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum VramLimit {
     /// The device's free memory at each call (`0`, the default); no limit on the CPU.
     #[default]
     DeviceFree,
@@ -34,59 +34,78 @@ pub enum MaxVram {
     /// The device's free memory when the runner is created, less this many bytes (a
     /// negative value), as a managed budget.
     FreeMinus(usize),
-    /// Per device by registry name (`cuda0=6,vulkan0=4`); devices not named use their free
-    /// memory.
-    PerDevice(Vec<(String, MaxVram)>),
+}
+
+impl VramLimit {
+    /// From GiB: > 0 a budget, 0 the device's free memory, < 0 free memory at start less
+    /// that much.
+    pub fn from_gib(gib: f64) -> Self {
+        let bytes = |g: f64| (g.abs() * (1u64 << 30) as f64) as usize;
+        if !gib.is_finite() || gib == 0.0 {
+            VramLimit::DeviceFree
+        } else if gib > 0.0 {
+            VramLimit::Budget(bytes(gib))
+        } else {
+            VramLimit::FreeMinus(bytes(gib))
+        }
+    }
+}
+
+/// `--max-vram`: a limit for every device and per-device overrides.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MaxVram {
+    pub default: VramLimit,
+    /// (device registry name, limit), matched case-insensitively.
+    pub per_device: Vec<(String, VramLimit)>,
 }
 
 impl MaxVram {
-    /// Parses `--max-vram`: GiB, or comma-separated `device=GiB` items.
+    /// Parses `--max-vram` as upstream does: comma-separated items, each GiB (the limit for
+    /// every device; the last one wins), `device=GiB`, or `all=GiB` / `default=GiB` / `*=GiB`.
     pub fn parse(spec: &str) -> Result<Self, String> {
-        let spec = spec.trim();
-        let gib = |v: &str| -> Result<f64, String> {
+        let gib = |v: &str| -> Result<VramLimit, String> {
             v.trim()
                 .parse::<f64>()
                 .ok()
                 .filter(|g| g.is_finite())
-                .ok_or_else(|| format!("'{v}' is not a number of GiB"))
+                .map(VramLimit::from_gib)
+                .ok_or_else(|| format!("'{}' is not a number of GiB", v.trim()))
         };
-        if spec.is_empty() {
-            return Ok(MaxVram::DeviceFree);
-        }
-        if !spec.contains('=') {
-            return Ok(Self::from_gib(gib(spec)?));
-        }
-        let mut items = Vec::new();
+        let mut out = MaxVram::default();
         for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (dev, v) = item
-                .split_once('=')
-                .ok_or_else(|| format!("'{item}' is not device=GiB"))?;
-            items.push((dev.trim().to_string(), Self::from_gib(gib(v)?)));
+            match item.split_once('=') {
+                None => out.default = gib(item)?,
+                Some((dev, v)) => {
+                    let (dev, v) = (dev.trim(), v.trim());
+                    if dev.is_empty() || v.is_empty() {
+                        return Err(format!("'{item}' is not device=GiB"));
+                    }
+                    let limit = gib(v)?;
+                    if ["all", "default", "*"].contains(&dev.to_ascii_lowercase().as_str()) {
+                        out.default = limit;
+                    } else {
+                        out.per_device.retain(|(d, _)| !d.eq_ignore_ascii_case(dev));
+                        out.per_device.push((dev.to_string(), limit));
+                    }
+                }
+            }
         }
-        Ok(MaxVram::PerDevice(items))
+        Ok(out)
     }
 
-    /// The setting that applies to the device named `device`.
-    pub fn for_device(&self, device: &str) -> MaxVram {
-        match self {
-            MaxVram::PerDevice(items) => items
-                .iter()
-                .find(|(d, _)| d.eq_ignore_ascii_case(device))
-                .map_or(MaxVram::DeviceFree, |(_, v)| v.clone()),
-            other => other.clone(),
-        }
+    /// The limit that applies to the device named `device`.
+    pub fn for_device(&self, device: &str) -> VramLimit {
+        self.per_device
+            .iter()
+            .find(|(d, _)| d.eq_ignore_ascii_case(device))
+            .map_or(self.default.clone(), |(_, v)| v.clone())
     }
 
-    /// From `--max-vram GiB`: > 0 a budget, 0 the device's free memory, < 0 free memory at
-    /// start less that much.
-    pub fn from_gib(gib: f64) -> Self {
-        let bytes = |g: f64| (g.abs() * (1u64 << 30) as f64) as usize;
-        if !gib.is_finite() || gib == 0.0 {
-            MaxVram::DeviceFree
-        } else if gib > 0.0 {
-            MaxVram::Budget(bytes(gib))
-        } else {
-            MaxVram::FreeMinus(bytes(gib))
+    /// One limit for every device.
+    pub fn all(limit: VramLimit) -> Self {
+        Self {
+            default: limit,
+            per_device: Vec::new(),
         }
     }
 }
@@ -118,7 +137,7 @@ pub struct MemoryOptions {
 impl Default for MemoryOptions {
     fn default() -> Self {
         Self {
-            max_vram: MaxVram::DeviceFree,
+            max_vram: MaxVram::default(),
             offload_to_cpu: false,
             prefetch: true,
             sync_prefetch: false,
@@ -194,5 +213,33 @@ pub(crate) fn human(bytes: usize) -> String {
         format!("{:.2} MiB", b / (1024.0 * 1024.0))
     } else {
         format!("{:.2} GiB", b / (1024.0 * 1024.0 * 1024.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_vram_grammar_is_upstreams() {
+        let gib = 1usize << 30;
+        assert_eq!(MaxVram::parse("").unwrap(), MaxVram::default());
+        assert_eq!(
+            MaxVram::parse("6").unwrap(),
+            MaxVram::all(VramLimit::Budget(6 * gib))
+        );
+        // Plain values set the default, the last one winning; devices get their own.
+        let m = MaxVram::parse("cuda0=6, -2,1,Vulkan0=0").unwrap();
+        assert_eq!(m.default, VramLimit::Budget(gib));
+        assert_eq!(m.for_device("CUDA0"), VramLimit::Budget(6 * gib));
+        assert_eq!(m.for_device("vulkan0"), VramLimit::DeviceFree);
+        assert_eq!(m.for_device("cpu"), VramLimit::Budget(gib));
+        assert_eq!(
+            MaxVram::parse("all=-1").unwrap().default,
+            VramLimit::FreeMinus(gib)
+        );
+        for bad in ["lots", "cuda0=", "=4", "cuda0=x", "inf"] {
+            assert!(MaxVram::parse(bad).is_err(), "{bad}");
+        }
     }
 }

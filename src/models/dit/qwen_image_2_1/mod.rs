@@ -31,9 +31,10 @@ pub use layout::{PrefixLayout, Segment};
 pub use prefix::{Condition, PrefixCache, PrefixCacheError};
 
 use crate::dtype::DType;
-use crate::ggml::{Ne, Tensor};
+use crate::ggml::Tensor;
 use crate::nn::{self, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
+use crate::tensor::Ne;
 
 use blocks::{Block, Group, Modulation, PrefixKv};
 

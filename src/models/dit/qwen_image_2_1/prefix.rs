@@ -17,8 +17,9 @@ use thiserror::Error;
 
 use super::{cache_names, KvMode, PrefixLayout, QwenImage21, QwenImage21Config, QwenImage21Inputs};
 use crate::dtype::DType;
-use crate::ggml::Ne;
-use crate::runner::{HostTensor, Runner, RunnerError};
+use crate::runner::{Runner, RunnerError};
+use crate::tensor::HostTensor;
+use crate::tensor::Ne;
 
 /// Quantized storage types whose f32 ↔ type copies ggml's CPU backend implements.
 const QUANTIZED_TYPES: &[&str] = &[

@@ -1,7 +1,8 @@
 //! Host-side inputs of the multimodal (image-conditioned) Qwen3-VL language-model forward,
 //! checked once so that the graph build cannot fail.
 
-use crate::runner::{HostTensor, RunnerError};
+use crate::runner::RunnerError;
+use crate::tensor::HostTensor;
 
 use super::mrope::rope_positions;
 

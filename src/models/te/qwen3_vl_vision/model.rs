@@ -13,7 +13,8 @@
 
 use crate::ggml::Tensor;
 use crate::nn::{apply_rope, attention, gelu_tanh, rope_table, LayerNorm, Linear, RopeLayout};
-use crate::runner::{GraphCtx, HostTensor, Param, Runner, RunnerError, Storage, WeightBuilder};
+use crate::runner::{GraphCtx, Param, Runner, RunnerError, Storage, WeightBuilder};
+use crate::tensor::HostTensor;
 
 use super::config::Qwen3VlVisionConfig;
 use super::error::VisionError;

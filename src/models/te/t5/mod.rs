@@ -19,7 +19,8 @@ pub use config::{relative_position_bucket, T5Config};
 pub use encoder::T5Encoder;
 pub use source::T5Source;
 
-use crate::runner::{HostTensor, Runner, RunnerError};
+use crate::runner::{Runner, RunnerError};
+use crate::tensor::HostTensor;
 
 /// Encodes one token sequence whose first `valid_len` tokens are real (the rest padding).
 /// Returns the last hidden state [d_model, n] (ggml order: one row of `d_model` per token).

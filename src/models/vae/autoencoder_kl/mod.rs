@@ -306,3 +306,29 @@ impl AutoencoderKl {
         g.add(mean, g.mul(std, noise))
     }
 }
+
+impl super::Vae for AutoencoderKl {
+    fn scale_factor(&self) -> usize {
+        self.config.scale_factor()
+    }
+
+    fn has_encoder(&self) -> bool {
+        self.encoder.is_some()
+    }
+
+    fn has_decoder(&self) -> bool {
+        self.decoder.is_some()
+    }
+
+    fn image_channels(&self) -> usize {
+        self.config.in_channels
+    }
+
+    fn decode<'g>(&self, g: &'g GraphCtx<'g>, z: Tensor<'g>) -> Tensor<'g> {
+        AutoencoderKl::decode(self, g, z)
+    }
+
+    fn encode_mean<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        self.encode(g, x).0
+    }
+}

@@ -2,7 +2,8 @@
 //! latent channel, the VAE on raw `z`.
 
 use crate::ggml::Tensor;
-use crate::runner::{GraphCtx, HostTensor, RunnerError};
+use crate::runner::{GraphCtx, RunnerError};
+use crate::tensor::HostTensor;
 
 /// Per-channel latent mean of the released Qwen Image 2.1 VAE (64 channels).
 // Measured statistics; -0.5236 only looks like π/6.

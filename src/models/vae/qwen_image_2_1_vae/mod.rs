@@ -413,3 +413,33 @@ impl QwenImage21Vae {
         ))
     }
 }
+
+impl crate::models::vae::Vae for QwenImage21Vae {
+    fn scale_factor(&self) -> usize {
+        self.config.scale_factor()
+    }
+
+    fn has_encoder(&self) -> bool {
+        self.encoder.is_some()
+    }
+
+    fn has_decoder(&self) -> bool {
+        self.decoder.is_some()
+    }
+
+    fn image_channels(&self) -> usize {
+        self.config.in_channels
+    }
+
+    fn check_encode_size(&self, width: usize, height: usize) -> Result<(), RunnerError> {
+        QwenImage21Vae::check_encode_size(self, width, height)
+    }
+
+    fn decode<'g>(&self, g: &'g GraphCtx<'g>, z: Tensor<'g>) -> Tensor<'g> {
+        QwenImage21Vae::decode(self, g, z)
+    }
+
+    fn encode_mean<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        self.encode(g, x)
+    }
+}

@@ -13,88 +13,30 @@
 //! result rounds back to that f32 value exactly.
 
 use super::{TileGrid, TilingError};
-
-/// A host image in ggml order `[W, H, C]`: `data[x + w * (y + h * c)]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Planar {
-    pub w: usize,
-    pub h: usize,
-    pub c: usize,
-    pub data: Vec<f32>,
-}
-
-impl Planar {
-    /// An all-zero image.
-    pub fn zeros(w: usize, h: usize, c: usize) -> Planar {
-        Planar {
-            w,
-            h,
-            c,
-            data: vec![0.0; w * h * c],
-        }
-    }
-
-    /// Wraps `data`, checking its length.
-    pub fn new(w: usize, h: usize, c: usize, data: Vec<f32>) -> Result<Planar, TilingError> {
-        if data.len() != w * h * c {
-            return Err(TilingError::Shape(format!(
-                "image of {w}x{h}x{c} needs {} values, got {}",
-                w * h * c,
-                data.len()
-            )));
-        }
-        Ok(Planar { w, h, c, data })
-    }
-
-    /// Value at `(x, y, channel)`.
-    pub fn at(&self, x: usize, y: usize, ch: usize) -> f32 {
-        self.data[x + self.w * (y + self.h * ch)]
-    }
-
-    /// Copies the `w` x `h` window starting at `(x0, y0)` (must lie inside the image).
-    pub fn crop(&self, x0: usize, y0: usize, w: usize, h: usize) -> Planar {
-        let mut out = Vec::with_capacity(w * h * self.c);
-        for ch in 0..self.c {
-            for y in y0..y0 + h {
-                let row = self.w * (y + self.h * ch);
-                out.extend_from_slice(&self.data[row + x0..row + x0 + w]);
-            }
-        }
-        Planar {
-            w,
-            h,
-            c: self.c,
-            data: out,
-        }
-    }
-
-    fn shape_ok(&self) -> bool {
-        self.data.len() == self.w * self.h * self.c
-    }
-}
+use crate::tensor::HostTensor;
 
 /// Decodes `latent` tile by tile; each tile's output must be `scale` times bigger.
 /// `progress(i, n)` is called after tile `i` of `n` (1-based) is merged.
 pub fn tiled_decode<E, F, P>(
-    latent: &Planar,
+    latent: &HostTensor,
     scale: usize,
     grid: &TileGrid,
     decode_tile: F,
     progress: P,
-) -> Result<Planar, E>
+) -> Result<HostTensor, E>
 where
     E: From<TilingError>,
-    F: FnMut(&Planar) -> Result<Planar, E>,
+    F: FnMut(&HostTensor) -> Result<HostTensor, E>,
     P: FnMut(usize, usize),
 {
     check_grid(grid, scale)?;
-    if latent.w != grid.x.len || latent.h != grid.y.len || !latent.shape_ok() {
+    if latent.width() != grid.x.len || latent.height() != grid.y.len || !latent.is_consistent() {
         return Err(TilingError::Shape(format!(
             "latent is {}x{} ({} values for {} channels) but the tiles were planned for {}x{}",
-            latent.w,
-            latent.h,
+            latent.width(),
+            latent.height(),
             latent.data.len(),
-            latent.c,
+            latent.channels(),
             grid.x.len,
             grid.y.len
         ))
@@ -107,25 +49,28 @@ where
 /// must be `grid.x.len * scale` by `grid.y.len * scale` pixels, up to `scale - 1` extra
 /// pixels on the right/bottom that no tile reads (the latent size rounds down).
 pub fn tiled_encode<E, F, P>(
-    image: &Planar,
+    image: &HostTensor,
     scale: usize,
     grid: &TileGrid,
     encode_tile: F,
     progress: P,
-) -> Result<Planar, E>
+) -> Result<HostTensor, E>
 where
     E: From<TilingError>,
-    F: FnMut(&Planar) -> Result<Planar, E>,
+    F: FnMut(&HostTensor) -> Result<HostTensor, E>,
     P: FnMut(usize, usize),
 {
     check_grid(grid, scale)?;
-    if image.w / scale != grid.x.len || image.h / scale != grid.y.len || !image.shape_ok() {
+    if image.width() / scale != grid.x.len
+        || image.height() / scale != grid.y.len
+        || !image.is_consistent()
+    {
         return Err(TilingError::Shape(format!(
             "image is {}x{} ({} values for {} channels) but the tiles were planned for a {}x{} latent at scale {scale}",
-            image.w,
-            image.h,
+            image.width(),
+            image.height(),
             image.data.len(),
-            image.c,
+            image.channels(),
             grid.x.len,
             grid.y.len
         ))
@@ -191,32 +136,33 @@ fn axis_weights(origins: &[usize], tile: usize, out_scale: usize) -> Vec<Vec<f64
 
 /// Shared tile loop. Tile windows are `in_scale` and outputs `out_scale` per latent pixel.
 fn run_tiles<E, F, P>(
-    input: &Planar,
+    input: &HostTensor,
     grid: &TileGrid,
     in_scale: usize,
     out_scale: usize,
     mut compute: F,
     mut progress: P,
-) -> Result<Planar, E>
+) -> Result<HostTensor, E>
 where
     E: From<TilingError>,
-    F: FnMut(&Planar) -> Result<Planar, E>,
+    F: FnMut(&HostTensor) -> Result<HostTensor, E>,
     P: FnMut(usize, usize),
 {
     let n = grid.len();
     let (out_w, out_h) = (grid.x.len * out_scale, grid.y.len * out_scale);
     let (tile_out_w, tile_out_h) = (grid.x.tile * out_scale, grid.y.tile * out_scale);
-    let check_out = |out: &Planar, c: Option<usize>| -> Result<(), TilingError> {
-        if out.w != tile_out_w
-            || out.h != tile_out_h
-            || !out.shape_ok()
-            || c.is_some_and(|c| c != out.c)
+    let check_out = |out: &HostTensor, c: Option<usize>| -> Result<(), TilingError> {
+        if out.width() != tile_out_w
+            || out.height() != tile_out_h
+            || out.ne[3] != 1
+            || !out.is_consistent()
+            || c.is_some_and(|c| c != out.channels())
         {
             return Err(TilingError::Shape(format!(
                 "tile output is {}x{}x{} ({} values), expected {tile_out_w}x{tile_out_h}{}",
-                out.w,
-                out.h,
-                out.c,
+                out.width(),
+                out.height(),
+                out.channels(),
                 out.data.len(),
                 c.map(|c| format!("x{c}")).unwrap_or_default()
             )));
@@ -226,11 +172,12 @@ where
 
     if grid.is_single() {
         // One tile: no cropping (unless encode drops a ragged edge) and no blending.
-        let whole = if input.w == grid.x.len * in_scale && input.h == grid.y.len * in_scale {
-            compute(input)?
-        } else {
-            compute(&input.crop(0, 0, grid.x.len * in_scale, grid.y.len * in_scale))?
-        };
+        let whole =
+            if input.width() == grid.x.len * in_scale && input.height() == grid.y.len * in_scale {
+                compute(input)?
+            } else {
+                compute(&input.crop(0, 0, grid.x.len * in_scale, grid.y.len * in_scale))?
+            };
         check_out(&whole, None)?;
         progress(1, 1);
         return Ok(whole);
@@ -248,8 +195,8 @@ where
         let out = compute(&tile_in)?;
         check_out(&out, channels)?;
         if channels.is_none() {
-            channels = Some(out.c);
-            acc = vec![0.0; plane * out.c];
+            channels = Some(out.channels());
+            acc = vec![0.0; plane * out.channels()];
         }
         let (kx, ky) = (i % grid.x.count(), i / grid.x.count());
         let (ox, oy) = (x0 * out_scale, y0 * out_scale);
@@ -258,7 +205,7 @@ where
             for (s, &w) in wsum[dst_row..][..tile_out_w].iter_mut().zip(&wx[kx]) {
                 *s += row_w * w;
             }
-            for ch in 0..out.c {
+            for ch in 0..out.channels() {
                 let src = &out.data[(ty + tile_out_h * ch) * tile_out_w..][..tile_out_w];
                 let dst = &mut acc[ch * plane + dst_row..][..tile_out_w];
                 for ((d, &v), &w) in dst.iter_mut().zip(src).zip(&wx[kx]) {
@@ -282,10 +229,8 @@ where
             data.push((a / w) as f32);
         }
     }
-    Ok(Planar {
-        w: out_w,
-        h: out_h,
-        c,
+    Ok(HostTensor {
+        ne: [out_w, out_h, c, 1],
         data,
     })
 }

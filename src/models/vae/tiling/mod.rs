@@ -20,7 +20,7 @@ mod blend;
 mod grid;
 mod retry;
 
-pub use blend::{tiled_decode, tiled_encode, Planar};
+pub use blend::{tiled_decode, tiled_encode};
 pub use grid::{
     plan_tiles, plan_tiles_latent, resolve_tile_sizes, AxisTiles, TileGrid, TileSettings,
     DEFAULT_OVERLAP, DEFAULT_TILE_PX, MAX_OVERLAP, MIN_TILE_LATENT,
@@ -68,4 +68,10 @@ pub enum TilingError {
     /// An input or tile output has a shape that does not match the tile grid.
     #[error("VAE tiling: {0}")]
     Shape(String),
+}
+
+impl From<crate::tensor::ShapeError> for TilingError {
+    fn from(e: crate::tensor::ShapeError) -> Self {
+        TilingError::Shape(e.to_string())
+    }
 }

@@ -1,0 +1,98 @@
+//! Writing one finished image with its generation metadata.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::RunConfig;
+use crate::error::{Error, Result};
+use crate::image_io::{base_name, write_generation_png, Channels, GenerationParams, Image};
+use crate::sampling::{Guidance, SamplingPlan};
+use crate::tensor::HostTensor;
+
+/// What every image of a `--batch-count` run shares, for its metadata.
+pub(super) struct BatchInfo<'a> {
+    pub width: u32,
+    pub height: u32,
+    pub plan: &'a SamplingPlan,
+    pub guidance: Guidance,
+    /// File names of the text encoders given (the family's metadata slots).
+    pub text_encoders: Vec<String>,
+    /// `--strength` when an init image was used.
+    pub strength: Option<f32>,
+}
+
+fn file_name(p: &Option<std::path::PathBuf>) -> Option<String> {
+    p.as_deref().map(|p: &Path| base_name(p))
+}
+
+fn to_png_image(img: &HostTensor) -> Result<Image> {
+    let channels = if img.channels() == 4 {
+        Channels::Rgba
+    } else {
+        Channels::Rgb
+    };
+    Ok(Image::new(
+        img.width() as u32,
+        img.height() as u32,
+        channels,
+        img.to_u8_interleaved(),
+    )?)
+}
+
+/// Writes image `index` (seed `seed`) of the batch to its output path, with metadata unless
+/// disabled.
+pub(super) fn write(
+    cfg: &RunConfig,
+    batch: &BatchInfo<'_>,
+    index: u32,
+    seed: i64,
+    image: &HostTensor,
+    started: Instant,
+) -> Result<()> {
+    let path = cfg.output_path_for(index);
+    if cfg.output.create_parent_dirs {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::Model {
+                path: parent.to_path_buf(),
+                reason: format!("cannot create the output directory: {e}"),
+            })?;
+        }
+    }
+    let plan = batch.plan;
+    let params = cfg.output.embed_metadata.then(|| {
+        let s = &cfg.sampling;
+        let mut p = GenerationParams::new();
+        p.prompt = cfg.prompt.clone();
+        p.negative_prompt = cfg.negative_prompt.clone();
+        p.steps = plan.steps as u32;
+        p.cfg_scale = batch.guidance.scale;
+        p.eta = Some(plan.eta());
+        p.seed = seed;
+        p.batch_index = index;
+        p.width = batch.width;
+        p.height = batch.height;
+        p.sampler = plan.sampler.to_string();
+        p.scheduler = plan
+            .custom_sigmas
+            .is_none()
+            .then(|| plan.schedule.to_string());
+        p.custom_sigmas = plan.custom_sigmas.clone().unwrap_or_default();
+        p.rng = s.rng.to_string();
+        p.sampler_rng = s.sampler_rng.map(|r| r.to_string());
+        p.model = file_name(&cfg.models.model);
+        p.diffusion_model = file_name(&cfg.models.diffusion_model);
+        p.text_encoders = batch.text_encoders.clone();
+        p.vae = file_name(&cfg.models.vae);
+        p.extra_sample_args = s.extra_text.clone();
+        p.model_args = cfg.model_args.to_string();
+        p.strength = batch.strength;
+        p
+    });
+    write_generation_png(&path, &to_png_image(image)?, params.as_ref())?;
+    log::info!(
+        "saved {} ({:.1}s)",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! Model components and the files each reads.
+//!
+//! A family lists its components ([`ComponentSpec`]): what each is, which flags may name its
+//! file, when it is needed. Each component is opened into a store of its own
+//! ([`ComponentFiles`]), from the first of its flags that was given, else from the `-m`
+//! checkpoint (the tensors under the component's prefix there). So a component's weights,
+//! its `config.json` and its GGUF metadata come from its own files only.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::runner::Role;
+use crate::weights::{Component, TensorStore};
+
+/// The model-file flags of sd-cli that name a component's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModelFlag {
+    /// `-m/--model`: a checkpoint holding several components under their prefixes.
+    Model,
+    DiffusionModel,
+    ClipL,
+    ClipG,
+    ClipVision,
+    T5xxl,
+    Llm,
+    LlmVision,
+    Vae,
+}
+
+impl ModelFlag {
+    /// The flag as users type it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            ModelFlag::Model => "-m/--model",
+            ModelFlag::DiffusionModel => "--diffusion-model",
+            ModelFlag::ClipL => "--clip_l",
+            ModelFlag::ClipG => "--clip_g",
+            ModelFlag::ClipVision => "--clip_vision",
+            ModelFlag::T5xxl => "--t5xxl",
+            ModelFlag::Llm => "--llm",
+            ModelFlag::LlmVision => "--llm_vision",
+            ModelFlag::Vae => "--vae",
+        }
+    }
+}
+
+/// Paths of the model files given on the command line (existence checked by the CLI).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModelFiles {
+    pub model: Option<PathBuf>,
+    pub diffusion_model: Option<PathBuf>,
+    pub high_noise_diffusion_model: Option<PathBuf>,
+    pub uncond_diffusion_model: Option<PathBuf>,
+    pub clip_l: Option<PathBuf>,
+    pub clip_g: Option<PathBuf>,
+    pub clip_vision: Option<PathBuf>,
+    pub t5xxl: Option<PathBuf>,
+    pub t5xxl_tokenizer: Option<PathBuf>,
+    pub llm: Option<PathBuf>,
+    pub llm_vision: Option<PathBuf>,
+    pub vae: Option<PathBuf>,
+    pub taesd: Option<PathBuf>,
+    pub control_net: Option<PathBuf>,
+    pub upscale_model: Option<PathBuf>,
+    pub embd_dir: Option<PathBuf>,
+    pub lora_model_dir: PathBuf,
+}
+
+impl ModelFiles {
+    /// The path given with `flag`, if any.
+    pub fn get(&self, flag: ModelFlag) -> Option<&Path> {
+        match flag {
+            ModelFlag::Model => self.model.as_deref(),
+            ModelFlag::DiffusionModel => self.diffusion_model.as_deref(),
+            ModelFlag::ClipL => self.clip_l.as_deref(),
+            ModelFlag::ClipG => self.clip_g.as_deref(),
+            ModelFlag::ClipVision => self.clip_vision.as_deref(),
+            ModelFlag::T5xxl => self.t5xxl.as_deref(),
+            ModelFlag::Llm => self.llm.as_deref(),
+            ModelFlag::LlmVision => self.llm_vision.as_deref(),
+            ModelFlag::Vae => self.vae.as_deref(),
+        }
+    }
+}
+
+/// A component a family can load (its store is keyed by this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ComponentId {
+    Diffusion,
+    T5,
+    Llm,
+    /// The LLM's vision tower (a separate file, or vision weights inside the LLM's).
+    LlmVision,
+    Vae,
+}
+
+impl ComponentId {
+    /// The canonical name prefix of its tensors in its store (and in a `-m` checkpoint).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            ComponentId::Diffusion => Component::Diffusion.prefix(),
+            ComponentId::T5 => Component::T5.prefix(),
+            ComponentId::Llm | ComponentId::LlmVision => Component::Llm.prefix(),
+            ComponentId::Vae => Component::Vae.prefix(),
+        }
+    }
+
+    /// The `--backend` role it runs under.
+    pub fn role(self) -> Role {
+        match self {
+            ComponentId::Diffusion => Role::Diffusion,
+            ComponentId::T5 | ComponentId::Llm | ComponentId::LlmVision => Role::TextEncoder,
+            ComponentId::Vae => Role::Vae,
+        }
+    }
+}
+
+/// When a family needs a component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Required {
+    Always,
+    /// Only when the run has reference images (`-r`).
+    WithReferences,
+}
+
+/// Which PNG metadata field a component's file name goes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaSlot {
+    TextEncoder,
+}
+
+/// One component of a family.
+#[derive(Clone, Copy, Debug)]
+pub struct ComponentSpec {
+    pub id: ComponentId,
+    /// For messages: "a T5 text encoder".
+    pub what: &'static str,
+    /// Flags that may name its file, in order of preference; the first is the one to ask for.
+    pub flags: &'static [ModelFlag],
+    pub required: Required,
+    pub metadata: Option<MetaSlot>,
+}
+
+/// What the run needs beyond text-to-image (decides the optional components and parts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// The VAE encoder (`--init-img`, `-r`).
+    pub encoder: bool,
+    /// Reference images (`-r`): vision towers and other reference components.
+    pub references: bool,
+}
+
+/// One component's files in a store of their own.
+#[derive(Debug)]
+pub struct ComponentStore {
+    pub store: TensorStore,
+    /// The file or folder given for it (the `-m` checkpoint when it came from there).
+    pub path: PathBuf,
+}
+
+impl ComponentStore {
+    /// Opens `path` as component `id` (only its own tensors when `path` is a `-m` checkpoint).
+    pub fn open(id: ComponentId, path: &Path, bundle: bool) -> Result<Self> {
+        let mut store = TensorStore::new();
+        if bundle {
+            store.add_part(path, "", id.prefix())?;
+        } else {
+            store.add_file(path, id.prefix())?;
+        }
+        Ok(Self {
+            store,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Where its tensors' names start: the component's prefix, or for a diffusion model one
+    /// `model.diffusion_model.` deeper when its names are single-file names under the prefix.
+    pub fn root(&self, id: ComponentId) -> String {
+        let p = id.prefix();
+        if id == ComponentId::Diffusion {
+            let nested = format!("{p}model.diffusion_model.");
+            if self.has_prefix(&nested) {
+                return nested;
+            }
+        }
+        p.to_string()
+    }
+
+    /// Whether any tensor's name starts with `prefix`.
+    pub fn has_prefix(&self, prefix: &str) -> bool {
+        self.store.with_prefix(prefix).next().is_some()
+    }
+
+    /// The `config.json` of its diffusers folder (or beside its weights file), if any.
+    pub fn config(&self) -> Option<&serde_json::Value> {
+        self.store.files().iter().find_map(|f| f.config.as_ref())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+}
+
+/// The components of one run, each with its own store.
+#[derive(Default)]
+pub struct ComponentFiles {
+    family: &'static str,
+    parts: Vec<(ComponentId, ComponentStore)>,
+}
+
+impl ComponentFiles {
+    /// Components given directly (tests, and callers that opened them themselves).
+    pub fn new(family: &'static str) -> Self {
+        Self {
+            family,
+            parts: Vec::new(),
+        }
+    }
+
+    pub fn with(mut self, id: ComponentId, store: ComponentStore) -> Self {
+        self.insert(id, store);
+        self
+    }
+
+    pub fn insert(&mut self, id: ComponentId, store: ComponentStore) {
+        self.parts.retain(|(i, _)| *i != id);
+        self.parts.push((id, store));
+    }
+
+    /// Opens every component of `specs` the run needs and does not have yet from `files`; a
+    /// needed component that no file provides is an error naming the flag to pass.
+    pub fn open_missing(
+        &mut self,
+        specs: &[ComponentSpec],
+        files: &ModelFiles,
+        needs: Needs,
+    ) -> Result<()> {
+        for spec in specs {
+            let needed = match spec.required {
+                Required::Always => true,
+                Required::WithReferences => needs.references,
+            };
+            if !needed || self.get(spec.id).is_some() {
+                continue;
+            }
+            let given = spec.flags.iter().find_map(|&f| files.get(f));
+            let store = match (given, files.get(ModelFlag::Model)) {
+                (Some(path), _) => Some(ComponentStore::open(spec.id, path, false)?),
+                (None, Some(bundle)) => Some(ComponentStore::open(spec.id, bundle, true)?),
+                (None, None) => None,
+            };
+            match store.filter(|s| !s.is_empty()) {
+                Some(s) => self.insert(spec.id, s),
+                None => return Err(missing(self.family, spec)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The store of component `id`, or an error naming the flag that provides it.
+    pub fn require(&self, spec: &ComponentSpec) -> Result<&ComponentStore> {
+        self.get(spec.id)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| missing(self.family, spec))
+    }
+
+    pub fn get(&self, id: ComponentId) -> Option<&ComponentStore> {
+        self.parts.iter().find(|(i, _)| *i == id).map(|(_, s)| s)
+    }
+}
+
+fn missing(family: &str, spec: &ComponentSpec) -> Error {
+    Error::Unsupported(format!(
+        "{family} needs {}: none was found in the model files (pass {})",
+        spec.what,
+        spec.flags.first().map_or("-m", |f| f.flag())
+    ))
+}

@@ -1,0 +1,181 @@
+//! What a model family is to the rest of the program: the [`Family`] registry entry (how to
+//! recognise it, what it loads, its defaults and `--model-args`, its prompt template) and the
+//! [`Generator`] it loads into, which the generic batch loop drives.
+
+use std::path::Path;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::image_io::Image;
+use crate::models::vae::tiling::TileSettings;
+use crate::rng::Rng;
+use crate::runner::{BackendPlan, LoadOptions, MemoryOptions, RunOptions};
+use crate::sampling::{
+    Guidance, Prediction, SamplerKind, SamplingPlan, ScheduleKind, ScheduleOptions,
+};
+use crate::tensor::HostTensor;
+
+use super::components::{ComponentFiles, ComponentId, ComponentSpec, ComponentStore, Needs};
+use super::model_args::{ModelArgSpec, ModelArgs};
+use super::prompt::PromptTemplate;
+use super::ref_args::RefImageArgs;
+
+/// One model family: its registry entry.
+pub trait Family: Sync {
+    /// Short id for logs ("pixart").
+    fn id(&self) -> &'static str;
+    /// Name for messages ("PixArt-α/Σ").
+    fn name(&self) -> &'static str;
+    /// Whether a diffusion model's tensors (names and shapes) are this family's.
+    fn detect(&self, diffusion: &ComponentStore) -> bool;
+    /// The components it loads and the flags that feed each (the diffusion model first).
+    fn components(&self) -> &'static [ComponentSpec];
+    /// Size rule and sampling defaults.
+    fn defaults(&self) -> Defaults;
+    /// The `--model-args` keys it reads.
+    fn model_args(&self) -> &'static [&'static dyn ModelArgSpec];
+    /// What its text encoder reads around the prompt.
+    fn prompt_template(&self) -> PromptTemplate;
+    /// Refuses inputs it cannot use, before any weight is loaded.
+    fn check_inputs(&self, _inputs: &InputSummary<'_>) -> Result<()> {
+        Ok(())
+    }
+    /// Loads the pipeline from its components' files.
+    fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>>;
+}
+
+/// How an image size request becomes a size the model can generate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeRule {
+    /// Sizes are multiples of this (VAE factor × patch).
+    pub multiple: u32,
+    /// Round a request up (upstream's rule for most families) or down (the reference
+    /// pipeline's floor, Qwen Image 2.1).
+    pub round_up: bool,
+    /// Without `-W`/`-H` the first reference image sets the size (when no init image does).
+    pub refs_set_size: bool,
+}
+
+impl SizeRule {
+    /// The size to generate for a requested `w × h`; an error when it rounds to nothing.
+    pub fn apply(&self, w: u32, h: u32) -> Result<(u32, u32)> {
+        let m = self.multiple.max(1);
+        let (rw, rh) = if self.round_up {
+            (w.div_ceil(m) * m, h.div_ceil(m) * m)
+        } else {
+            (w / m * m, h / m * m)
+        };
+        if rw == 0 || rh == 0 {
+            return Err(Error::Flag {
+                flag: "-W/-H".into(),
+                reason: format!("{w}x{h} is smaller than {m} pixels, the model's size multiple"),
+            });
+        }
+        if (rw, rh) != (w, h) {
+            let how = if self.round_up { "up" } else { "down" };
+            log::warn!(
+                "image size {w}x{h} rounded {how} to {rw}x{rh} (a multiple of {m} for this model)"
+            );
+        }
+        Ok((rw, rh))
+    }
+}
+
+/// A family's defaults (what sd-cli uses when the flags do not say).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Defaults {
+    /// `-W`/`-H` when neither they nor an input image set the size.
+    pub width: u32,
+    pub height: u32,
+    pub steps: usize,
+    pub cfg_scale: f32,
+    pub sampler: SamplerKind,
+    pub schedule: ScheduleKind,
+    /// Schedule presets (e.g. the flux schedule's parameters); `--extra-sample-args` win.
+    pub schedule_options: ScheduleOptions,
+    pub prediction: Prediction,
+    /// The flow shift of flow models (`--flow-shift` overrides where the family reads it).
+    pub flow_shift: Option<f32>,
+}
+
+/// What the run's inputs are, for [`Family::check_inputs`].
+pub struct InputSummary<'a> {
+    pub init_image: bool,
+    pub references: usize,
+    pub ref_args: &'a RefImageArgs,
+}
+
+/// Everything a family's loader needs besides the files.
+pub struct LoadContext<'a> {
+    pub backends: &'a BackendPlan,
+    pub memory: MemoryOptions,
+    /// `--type`: conversion target of matmul weights.
+    pub wtype: Option<DType>,
+    pub flash_attn: bool,
+    pub model_args: &'a ModelArgs,
+    pub needs: Needs,
+    /// `--t5xxl-tokenizer`.
+    pub t5_tokenizer: Option<&'a Path>,
+}
+
+impl LoadContext<'_> {
+    /// The runner options every component of the run shares.
+    pub fn run_options(&self) -> RunOptions {
+        RunOptions {
+            flash_attn: self.flash_attn,
+            memory: self.memory.clone(),
+            ..RunOptions::default()
+        }
+    }
+
+    /// Where and how component `id` loads; `--type` applies when `converts` (not to VAEs,
+    /// whose convolutions keep the file's float type).
+    pub fn load_options(&self, id: ComponentId, converts: bool) -> Result<LoadOptions> {
+        Ok(LoadOptions {
+            backend: self.backends.backend(id.role())?,
+            wtype: if converts { self.wtype } else { None },
+            run: self.run_options(),
+        })
+    }
+}
+
+/// What every image of a batch shares.
+pub struct BatchInputs<'a> {
+    pub width: usize,
+    pub height: usize,
+    /// `--init-img` (img2img), already decoded.
+    pub init: Option<&'a Image>,
+    /// `-r` reference images, in order.
+    pub refs: &'a [Image],
+    pub ref_args: &'a RefImageArgs,
+    pub tiling: Option<&'a TileSettings>,
+}
+
+/// One image of a batch.
+pub struct ImageJob<'a> {
+    /// 0-based index in the batch.
+    pub index: u32,
+    /// Whether more images of the same batch follow (caches may be kept for them).
+    pub more_follow: bool,
+    pub prompt: &'a str,
+    pub negative_prompt: &'a str,
+    pub guidance: Guidance,
+    pub plan: &'a SamplingPlan,
+    /// `--strength` (img2img).
+    pub strength: f32,
+    pub noise_rng: &'a mut dyn Rng,
+    pub sampler_rng: &'a mut dyn Rng,
+    pub tiling: Option<&'a TileSettings>,
+}
+
+/// A loaded family pipeline.
+pub trait Generator {
+    /// How requested sizes become sizes this model generates (its VAE factor × patch).
+    fn size_rule(&self) -> SizeRule;
+    /// Prepares what every image of the batch shares (the init image's latent, references).
+    fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()>;
+    /// Generates one image; returns it in [0, 1], [W, H, C] (C = 3 or 4).
+    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor>;
+    /// Frees what the batch kept (caches).
+    fn finish(&mut self) {}
+}

@@ -1,0 +1,185 @@
+//! Any [`Vae`] on its runner, with the family's latent normalisation: decode and encode on
+//! host tensors, spatially tiled when asked, decode retried with smaller tiles when it does not
+//! fit in memory (`models::vae::tiling`). Every family decodes and encodes through this.
+
+use crate::error::{Error, Result};
+use crate::models::vae::qwen_image_2_1_vae::LatentStats;
+use crate::models::vae::tiling::{
+    decode_with_retry, plan_tiles, tiled_decode, tiled_encode, TileSettings,
+};
+use crate::models::vae::Vae;
+use crate::progress::Progress;
+use crate::runner::{Loaded, Runner, RunnerError};
+use crate::tensor::HostTensor;
+
+/// How the sampler's latent relates to the VAE's own.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LatentNorm {
+    /// VAE latent = latent / scale + shift (SD and SDXL: shift 0; FLUX `ae`: 0.3611, 0.1159).
+    Scale { scale: f32, shift: f32 },
+    /// VAE latent = latent · std + mean, per channel (Wan-style VAEs).
+    Stats(LatentStats),
+}
+
+impl LatentNorm {
+    /// Sampler latent → VAE latent.
+    pub fn to_vae(&self, x: &HostTensor) -> Result<HostTensor> {
+        match self {
+            LatentNorm::Scale { scale, shift } => Ok(x.clone().map(|v| v / scale + shift)),
+            LatentNorm::Stats(stats) => {
+                let mut z = x.clone();
+                stats.denormalize(&mut z)?;
+                Ok(z)
+            }
+        }
+    }
+
+    /// VAE latent → sampler latent.
+    pub fn from_vae(&self, z: &HostTensor) -> Result<HostTensor> {
+        match self {
+            LatentNorm::Scale { scale, shift } => Ok(z.clone().map(|v| (v - shift) * scale)),
+            LatentNorm::Stats(stats) => {
+                let mut x = z.clone();
+                stats.normalize(&mut x)?;
+                Ok(x)
+            }
+        }
+    }
+}
+
+/// A loaded VAE and its latent normalisation.
+pub struct VaeStage {
+    vae: Box<dyn Vae>,
+    runner: Runner,
+    pub norm: LatentNorm,
+}
+
+impl VaeStage {
+    pub fn new<V: Vae + 'static>(loaded: Loaded<V>, norm: LatentNorm) -> Self {
+        Self {
+            vae: Box::new(loaded.model),
+            runner: loaded.runner,
+            norm,
+        }
+    }
+
+    pub fn scale_factor(&self) -> usize {
+        self.vae.scale_factor()
+    }
+
+    pub fn has_encoder(&self) -> bool {
+        self.vae.has_encoder()
+    }
+
+    /// Image channels the encoder takes.
+    pub fn image_channels(&self) -> usize {
+        self.vae.image_channels()
+    }
+
+    pub fn runner(&self) -> &Runner {
+        &self.runner
+    }
+
+    /// Decodes a sampler latent [w, h, C] to an image in [0, 1], [W, H, C_out].
+    pub fn decode(&self, latent: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
+        let z = self.norm.to_vae(latent)?;
+        Ok(self
+            .decode_raw(&z, tiling)?
+            .map(|v| (v * 0.5 + 0.5).clamp(0.0, 1.0)))
+    }
+
+    /// Decodes a VAE latent to the raw decoder output (about [−1, 1]). Tiles when `tiling`
+    /// is set; an allocation failure is retried with smaller tiles (also untiled).
+    pub fn decode_raw(&self, z: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
+        if !self.vae.has_decoder() {
+            return Err(Error::Unsupported(
+                "the VAE file has no decoder weights".into(),
+            ));
+        }
+        let scale = self.scale_factor();
+        decode_with_retry(
+            z.width() * scale,
+            z.height() * scale,
+            scale,
+            tiling,
+            |grid| match grid {
+                Some(grid) if !grid.is_single() => {
+                    log::debug!(
+                        "VAE decode: {} tiles of {}x{} image pixels",
+                        grid.len(),
+                        grid.tile_w_px(),
+                        grid.tile_h_px()
+                    );
+                    let mut bar = Progress::new("decoding", grid.len());
+                    tiled_decode(
+                        z,
+                        scale,
+                        grid,
+                        |tile| self.decode_one(tile),
+                        |i, _| bar.set(i),
+                    )
+                }
+                _ => self.decode_one(z),
+            },
+            |e: &Error| matches!(e, Error::Runner(r) if r.is_alloc_failure()),
+        )
+    }
+
+    fn decode_one(&self, z: &HostTensor) -> Result<HostTensor> {
+        let data = z.data.clone();
+        let out = self
+            .runner
+            .compute(|g| vec![self.vae.decode(g, g.input_f32("vae.z", z.ne, data))])?;
+        Ok(single(out, "VAE decode")?)
+    }
+
+    /// Encodes an image [W, H, C] in [−1, 1] to the sampler latent (the posterior mean,
+    /// normalised). Tiles when asked; encode does not retry on allocation failure (upstream).
+    pub fn encode(&self, image: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
+        if !self.vae.has_encoder() {
+            return Err(Error::Unsupported(
+                "the VAE was loaded without its encoder".into(),
+            ));
+        }
+        self.vae.check_encode_size(image.width(), image.height())?;
+        let want = self.vae.image_channels();
+        if image.channels() != want {
+            return Err(Error::Unsupported(format!(
+                "the VAE encodes {want}-channel images, got {}",
+                image.channels()
+            )));
+        }
+        let scale = self.scale_factor();
+        let grid = match tiling {
+            Some(settings) => Some(plan_tiles(image.width(), image.height(), scale, settings)?),
+            None => None,
+        };
+        let mean = match grid {
+            Some(grid) if !grid.is_single() => {
+                let mut bar = Progress::new("encoding", grid.len());
+                tiled_encode(
+                    image,
+                    scale,
+                    &grid,
+                    |t| self.encode_one(t),
+                    |i, _| bar.set(i),
+                )?
+            }
+            _ => self.encode_one(image)?,
+        };
+        self.norm.from_vae(&mean)
+    }
+
+    fn encode_one(&self, x: &HostTensor) -> Result<HostTensor> {
+        let data = x.data.clone();
+        let out = self
+            .runner
+            .compute(|g| vec![self.vae.encode_mean(g, g.input_f32("vae.x", x.ne, data))])?;
+        Ok(single(out, "VAE encode")?)
+    }
+}
+
+fn single(mut out: Vec<HostTensor>, what: &str) -> Result<HostTensor, RunnerError> {
+    out.pop()
+        .ok_or_else(|| RunnerError::Internal(format!("{what}: no output")))
+}
