@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
@@ -186,6 +186,70 @@ fn sd_cli_run_matches_diffusers_image() {
     let p = psnr(&img.data, &want_u8);
     eprintln!("sd-cli vs diffusers PNG: PSNR {p:.1} dB");
     assert!(p >= 40.0, "PSNR {p:.1} dB");
+}
+
+/// Runs sd-cli on PixArt components at the given paths; returns the PNG's pixels.
+fn run_components(transformer: &Path, t5: &Path, vae: &Path, out: &Path) -> Vec<u8> {
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["--diffusion-model", transformer.to_str().unwrap()])
+        .args(["--t5xxl", t5.to_str().unwrap()])
+        .args(["--vae", vae.to_str().unwrap()])
+        .args(["--t5xxl-tokenizer", tokenizer().to_str().unwrap()])
+        .args([
+            "-p",
+            PROMPT,
+            "-n",
+            NEGATIVE,
+            "--steps",
+            "2",
+            "--cfg-scale",
+            "4.5",
+        ])
+        .args([
+            "-W", "24", "-H", "16", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
+        .args(["-o", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    read_png(out).unwrap().data
+}
+
+/// A component's weights file given inside its diffusers folder reads the `config.json` beside
+/// it, as the folder itself does: with a non-default config (4 heads of 4 instead of 2 of 8,
+/// position grid 16 instead of 8) the file and the folder give the same image, which differs
+/// from the one the original config gives.
+#[test]
+fn a_weights_file_in_its_diffusers_folder_reads_the_config_beside_it() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("transformer");
+    std::fs::create_dir(&folder).unwrap();
+    let weights = "diffusion_pytorch_model.safetensors";
+    std::fs::copy(d.join("transformer").join(weights), folder.join(weights)).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("transformer/config.json")).unwrap()).unwrap();
+    config["attention_head_dim"] = 4.into();
+    config["num_attention_heads"] = 4.into();
+    config["sample_size"] = 16.into();
+    std::fs::write(folder.join("config.json"), config.to_string()).unwrap();
+
+    let t5_file = d.join("text_encoder/model.safetensors");
+    let vae_file = d.join("vae").join(weights);
+    let out = |n: &str| tmp.path().join(n);
+    let from_file = run_components(&folder.join(weights), &t5_file, &vae_file, &out("f.png"));
+    let from_folder = run_components(
+        &folder,
+        &d.join("text_encoder"),
+        &d.join("vae"),
+        &out("d.png"),
+    );
+    assert_eq!(
+        from_file, from_folder,
+        "weights file and folder read the same config"
+    );
+    let original = run_components(&d.join("transformer"), &t5_file, &vae_file, &out("o.png"));
+    assert_ne!(from_file, original, "the modified config.json was not used");
 }
 
 #[test]

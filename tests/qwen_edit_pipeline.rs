@@ -227,6 +227,88 @@ fn sd_cli_edit_matches_diffusers_image() {
     }
 }
 
+/// Every component as its diffusers folder, as `QwenImage21Pipeline.save_pretrained` lays them
+/// out: `transformer/` (its config.json says patch_size 1), `text_encoder/` (the language model
+/// and the vision tower in one file, with the Qwen3VLConfig), `vae/`, and the tokenizer and
+/// image processor in `processor/`. Each component reads only its own config.json: the vision
+/// tower's patch 16 must not come from the transformer's patch 1.
+#[test]
+fn diffusers_folders_edit_matches_diffusers_image() {
+    let d = dir();
+    let configs = d.join("diffusers");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("Qwen-Image-2.1");
+    for sub in ["transformer", "text_encoder", "vae", "processor"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+        for f in std::fs::read_dir(configs.join(sub)).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, root.join(sub).join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let weights = "diffusion_pytorch_model.safetensors";
+    std::fs::copy(
+        d.join("diffusion_model.safetensors"),
+        root.join("transformer").join(weights),
+    )
+    .unwrap();
+    std::fs::copy(d.join("vae.safetensors"), root.join("vae").join(weights)).unwrap();
+    merge_safetensors(
+        &root.join("text_encoder/model.safetensors"),
+        &[
+            &d.join("llm.safetensors"),
+            &d.join("llm_vision/model.safetensors"),
+        ],
+    );
+    std::fs::copy(
+        d.join("tokenizer.json"),
+        root.join("processor/tokenizer.json"),
+    )
+    .unwrap();
+
+    let reference = open_fixture("qwen_edit_pipeline/reference.safetensors");
+    let want = tensor(&reference, "one.image"); // [W, H, 4] planar
+    let (w, h, c) = (want.ne[0], want.ne[1], want.ne[2]);
+    let mut want_u8 = vec![0u8; w * h * c];
+    for ch in 0..c {
+        for i in 0..w * h {
+            want_u8[i * c + ch] = (want.data[ch * w * h + i] * 255.0).round() as u8;
+        }
+    }
+    let out = tmp.path().join("edit.png");
+    let folder = |s: &str| root.join(s).to_str().unwrap().to_string();
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["--diffusion-model", &folder("transformer")])
+        .args(["--llm", &folder("text_encoder")])
+        .args(["--vae", &folder("vae")])
+        .args(["-r", d.join("ref_rgb.png").to_str().unwrap()])
+        .args([
+            "-p",
+            PROMPT,
+            "-n",
+            NEGATIVE,
+            "--cfg-scale",
+            "4",
+            "--steps",
+            "4",
+        ])
+        .args([
+            "-W", "96", "-H", "64", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
+        .args(["-o", out.to_str().unwrap(), "-v"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{log}");
+    assert!(
+        log.contains("processor/preprocessor_config.json"),
+        "the image processor comes from processor/: {log}"
+    );
+    let img = read_png(&out).unwrap();
+    let p = psnr(&img.data, &want_u8);
+    eprintln!("diffusers folders: sd-cli -r vs diffusers PNG: PSNR {p:.1} dB");
+    assert!(p >= 40.0, "PSNR {p:.1} dB");
+}
+
 #[test]
 fn edit_without_vision_weights_is_a_clear_error() {
     let d = dir();

@@ -286,6 +286,26 @@ fn reads_diffusers_folder_with_config() {
         ));
     }
     assert!(registry::what_it_is(&store, "").is_some_and(|w| w.contains("VAE")));
+    // The weights file inside the folder reads the config beside it; a file with another
+    // name in a folder with a config.json does not (the config may not be its own).
+    let file =
+        TensorStore::open(&fixture("vae_folder/diffusion_pytorch_model.safetensors")).unwrap();
+    assert_eq!(file.files()[0].config.as_ref(), Some(config));
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("vae_folder/config.json"),
+        tmp.path().join("config.json"),
+    )
+    .unwrap();
+    let other = tmp.path().join("ae.safetensors");
+    std::fs::copy(
+        fixture("vae_folder/diffusion_pytorch_model.safetensors"),
+        &other,
+    )
+    .unwrap();
+    assert!(TensorStore::open(&other).unwrap().files()[0]
+        .config
+        .is_none());
     let empty = tempfile::tempdir().unwrap();
     assert!(matches!(
         TensorStore::open(empty.path()),

@@ -107,3 +107,40 @@ pub fn ne_of(t: &HostTensor) -> Ne {
 }
 
 pub type Build<'a> = dyn for<'g> FnOnce(&'g GraphCtx<'g>) -> Vec<sd_cli::ggml::Tensor<'g>> + 'a;
+
+/// Writes the tensors of `inputs` (safetensors files, in order) into one safetensors file at
+/// `out`, names as stored (how transformers saves a model whose parts the fixtures keep apart).
+pub fn merge_safetensors(out: &std::path::Path, inputs: &[&std::path::Path]) {
+    let stores: Vec<TensorStore> = inputs
+        .iter()
+        .map(|p| TensorStore::open(p).unwrap())
+        .collect();
+    let mut items = Vec::new();
+    let mut shapes = Vec::new();
+    let mut dtypes = Vec::new();
+    for s in &stores {
+        for t in s.iter() {
+            shapes.push(
+                t.shape()
+                    .iter()
+                    .rev()
+                    .map(|&d| d as u64)
+                    .collect::<Vec<_>>(),
+            );
+            dtypes.push(t.source.name().to_uppercase());
+        }
+    }
+    let mut i = 0;
+    for s in &stores {
+        for t in s.iter() {
+            items.push(sd_cli::weights::safetensors::SafetensorsItem {
+                name: &t.name,
+                dtype: &dtypes[i],
+                shape: &shapes[i],
+                data: s.get_bytes(t).unwrap(),
+            });
+            i += 1;
+        }
+    }
+    sd_cli::weights::safetensors::write_safetensors(out, &Default::default(), &items).unwrap();
+}

@@ -69,18 +69,28 @@ impl EditInputs {
 }
 
 /// The image-processor settings: `preprocessor_config.json` in or beside the vision (then the
-/// LLM) file, else the vision file's mmproj GGUF metadata, else Qwen3-VL's released values.
+/// LLM) file or folder, or in the `processor/` folder next to a diffusers `text_encoder/`;
+/// else the vision file's mmproj GGUF metadata; else Qwen3-VL's released values.
 fn preprocess_config(
     vision: &ComponentStore,
     llm: &ComponentStore,
 ) -> Result<VisionPreprocessConfig> {
+    const NAME: &str = "preprocessor_config.json";
     let candidates = [&vision.path, &llm.path]
         .into_iter()
         .flat_map(|f: &PathBuf| {
-            let inside = f.is_dir().then(|| f.join("preprocessor_config.json"));
-            inside
-                .into_iter()
-                .chain(f.parent().map(|d| d.join("preprocessor_config.json")))
+            let inside = f.is_dir().then(|| f.join(NAME));
+            let beside = f.parent().map(|d| d.join(NAME));
+            let folder = if f.is_dir() {
+                Some(f.as_path())
+            } else {
+                f.parent()
+            };
+            let processor = folder
+                .filter(|d| d.file_name().is_some_and(|n| n == "text_encoder"))
+                .and_then(|d| d.parent())
+                .map(|root| root.join("processor").join(NAME));
+            inside.into_iter().chain(beside).chain(processor)
         });
     for json in candidates {
         if json.is_file() {
