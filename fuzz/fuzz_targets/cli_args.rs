@@ -1,11 +1,11 @@
-//! Command-line parsing and validation (`Cli` → `RunConfig` → sampling setup), without running
+//! Command-line parsing and validation (`Cli` → `RunConfig` → the sampling plan), without running
 //! anything. Arguments are the input split at NUL bytes. Validation probes the file system
 //! (inputs exist, output writable), so arguments with path separators are only parsed, never
 //! resolved: the fuzzer cannot make it touch files outside its working directory.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sd_cli::app::SamplingSetup;
+use sd_cli::pipeline::registry::FAMILIES;
 use sd_cli::cli::{Cli, RunConfig};
 
 fuzz_target!(|data: &[u8]| {
@@ -23,7 +23,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     if let Ok(cfg) = RunConfig::resolve(cli) {
-        let _ = SamplingSetup::resolve(&cfg);
+        for family in FAMILIES {
+            let _ = cfg.plan(&family.defaults());
+        }
         let _ = cfg.output_path_for(0);
     }
 });

@@ -143,6 +143,45 @@ pub struct ComponentSpec {
     pub metadata: Option<MetaSlot>,
 }
 
+impl ComponentSpec {
+    /// The diffusion model (`--diffusion-model`, or its part of `-m`), always needed.
+    pub const fn diffusion(what: &'static str) -> Self {
+        Self {
+            id: ComponentId::Diffusion,
+            what,
+            flags: &[ModelFlag::DiffusionModel],
+            required: Required::Always,
+            metadata: None,
+        }
+    }
+
+    /// The VAE (`--vae`, or its part of `-m`), always needed.
+    pub const fn vae() -> Self {
+        Self {
+            id: ComponentId::Vae,
+            what: "a VAE",
+            flags: &[ModelFlag::Vae],
+            required: Required::Always,
+            metadata: None,
+        }
+    }
+
+    /// A text encoder from `flag`, always needed, named in the image metadata.
+    pub const fn text_encoder(
+        id: ComponentId,
+        what: &'static str,
+        flags: &'static [ModelFlag],
+    ) -> Self {
+        Self {
+            id,
+            what,
+            flags,
+            required: Required::Always,
+            metadata: Some(MetaSlot::TextEncoder),
+        }
+    }
+}
+
 /// What the run needs beyond text-to-image (decides the optional components and parts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Needs {

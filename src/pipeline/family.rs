@@ -168,6 +168,23 @@ pub struct ImageJob<'a> {
     pub tiling: Option<&'a TileSettings>,
 }
 
+/// What a generator's `prepare` keeps for the batch: the size, the init image's latent, and
+/// the family's own extras (e.g. prepared reference images).
+pub struct Prepared<E = ()> {
+    pub width: usize,
+    pub height: usize,
+    pub init: Option<HostTensor>,
+    pub extra: E,
+}
+
+impl<E> Prepared<E> {
+    /// The prepared batch, or an error when `generate` came before `prepare`.
+    pub fn get(slot: &Option<Self>) -> Result<&Self> {
+        slot.as_ref()
+            .ok_or_else(|| Error::Unsupported("generate before prepare".into()))
+    }
+}
+
 /// A loaded family pipeline.
 pub trait Generator {
     /// How requested sizes become sizes this model generates (its VAE factor × patch).

@@ -82,9 +82,18 @@ impl VaeStage {
 
     /// Decodes a sampler latent [w, h, C] to an image in [0, 1], [W, H, C_out].
     pub fn decode(&self, latent: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
-        let z = self.norm.to_vae(latent)?;
+        self.decode_vae_latent(&self.norm.to_vae(latent)?, tiling)
+    }
+
+    /// Decodes a latent already in the VAE's space to an image in [0, 1]: the decoder's
+    /// output clamped to [−1, 1] and mapped by `x / 2 + 0.5`.
+    pub fn decode_vae_latent(
+        &self,
+        z: &HostTensor,
+        tiling: Option<&TileSettings>,
+    ) -> Result<HostTensor> {
         Ok(self
-            .decode_raw(&z, tiling)?
+            .decode_raw(z, tiling)?
             .map(|v| (v * 0.5 + 0.5).clamp(0.0, 1.0)))
     }
 

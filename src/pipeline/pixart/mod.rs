@@ -7,7 +7,7 @@ pub use pipeline::{linear_beta_schedule, PixArtPipeline, PixArtRequest};
 
 use crate::error::{Error, Result};
 use crate::pipeline::components::{
-    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, MetaSlot, ModelFlag, Required,
+    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFlag,
 };
 use crate::pipeline::family::{Defaults, Family, Generator, InputSummary, LoadContext};
 use crate::pipeline::model_args::{ModelArg, ModelArgSpec};
@@ -54,27 +54,10 @@ const MODEL_ARGS: [&dyn ModelArgSpec; 3] = [
     &VAE_SCALE_FACTOR,
 ];
 
-pub(crate) const DIFFUSION: ComponentSpec = ComponentSpec {
-    id: ComponentId::Diffusion,
-    what: "a PixArt diffusion model",
-    flags: &[ModelFlag::DiffusionModel],
-    required: Required::Always,
-    metadata: None,
-};
-pub(crate) const T5: ComponentSpec = ComponentSpec {
-    id: ComponentId::T5,
-    what: "a T5 text encoder",
-    flags: &[ModelFlag::T5xxl],
-    required: Required::Always,
-    metadata: Some(MetaSlot::TextEncoder),
-};
-pub(crate) const VAE: ComponentSpec = ComponentSpec {
-    id: ComponentId::Vae,
-    what: "a VAE",
-    flags: &[ModelFlag::Vae],
-    required: Required::Always,
-    metadata: None,
-};
+pub(crate) const DIFFUSION: ComponentSpec = ComponentSpec::diffusion("a PixArt diffusion model");
+pub(crate) const T5: ComponentSpec =
+    ComponentSpec::text_encoder(ComponentId::T5, "a T5 text encoder", &[ModelFlag::T5xxl]);
+pub(crate) const VAE: ComponentSpec = ComponentSpec::vae();
 
 /// The registry entry.
 pub struct PixArtFamily;

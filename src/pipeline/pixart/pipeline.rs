@@ -22,7 +22,9 @@ use crate::models::te::t5::{self, T5Config, T5Encoder, T5Source};
 use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
-use crate::pipeline::family::{BatchInputs, Family, Generator, ImageJob, LoadContext, SizeRule};
+use crate::pipeline::family::{
+    BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
+};
 use crate::pipeline::prompt::PromptTemplate;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::progress::Progress;
@@ -46,13 +48,7 @@ pub struct PixArtPipeline {
     schedule: ModelSchedule,
     prediction: Prediction,
     /// The batch's size and init-image latent (set by `prepare`).
-    batch: Option<Batch>,
-}
-
-struct Batch {
-    width: usize,
-    height: usize,
-    init: Option<HostTensor>,
+    batch: Option<Prepared>,
 }
 
 /// One image request.
@@ -401,10 +397,7 @@ impl PixArtPipeline {
 
     /// Decodes a latent (already divided by the scaling factor) to an image in [0, 1].
     pub fn decode(&self, z: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
-        Ok(self
-            .vae
-            .decode_raw(z, tiling)?
-            .map(|v| (v * 0.5 + 0.5).clamp(0.0, 1.0)))
+        self.vae.decode_vae_latent(z, tiling)
     }
 }
 
@@ -476,19 +469,17 @@ impl Generator for PixArtPipeline {
             }
             None => None,
         };
-        self.batch = Some(Batch {
+        self.batch = Some(Prepared {
             width: w,
             height: h,
             init,
+            extra: (),
         });
         Ok(())
     }
 
     fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
-        let batch = self
-            .batch
-            .as_ref()
-            .ok_or_else(|| Error::Unsupported("generate before prepare".into()))?;
+        let batch = Prepared::get(&self.batch)?;
         self.txt2img(PixArtRequest {
             prompt: job.prompt,
             negative_prompt: job.negative_prompt,

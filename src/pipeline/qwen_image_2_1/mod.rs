@@ -15,7 +15,7 @@ pub use refs::{calculate_dimensions, prepare_reference, reference_size, Prepared
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::pipeline::components::{
-    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, MetaSlot, ModelFlag, Required,
+    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFlag, Required,
 };
 use crate::pipeline::family::{Defaults, Family, Generator, InputSummary, LoadContext};
 use crate::pipeline::model_args::{CacheType, ModelArg, ModelArgSpec};
@@ -46,20 +46,13 @@ pub const PREFIX_CACHE_TYPE: ModelArg<CacheType> = ModelArg::new(
 
 const MODEL_ARGS: [&dyn ModelArgSpec; 2] = [&PREFIX_CACHE, &PREFIX_CACHE_TYPE];
 
-pub(crate) const DIFFUSION: ComponentSpec = ComponentSpec {
-    id: ComponentId::Diffusion,
-    what: "a Qwen Image 2.1 diffusion model",
-    flags: &[ModelFlag::DiffusionModel],
-    required: Required::Always,
-    metadata: None,
-};
-pub(crate) const LLM: ComponentSpec = ComponentSpec {
-    id: ComponentId::Llm,
-    what: "a Qwen3-VL text encoder",
-    flags: &[ModelFlag::Llm],
-    required: Required::Always,
-    metadata: Some(MetaSlot::TextEncoder),
-};
+pub(crate) const DIFFUSION: ComponentSpec =
+    ComponentSpec::diffusion("a Qwen Image 2.1 diffusion model");
+pub(crate) const LLM: ComponentSpec = ComponentSpec::text_encoder(
+    ComponentId::Llm,
+    "a Qwen3-VL text encoder",
+    &[ModelFlag::Llm],
+);
 pub(crate) const VISION: ComponentSpec = ComponentSpec {
     id: ComponentId::LlmVision,
     what: "the Qwen3-VL vision tower",
@@ -67,13 +60,7 @@ pub(crate) const VISION: ComponentSpec = ComponentSpec {
     required: Required::WithReferences,
     metadata: None,
 };
-pub(crate) const VAE: ComponentSpec = ComponentSpec {
-    id: ComponentId::Vae,
-    what: "a VAE",
-    flags: &[ModelFlag::Vae],
-    required: Required::Always,
-    metadata: None,
-};
+pub(crate) const VAE: ComponentSpec = ComponentSpec::vae();
 
 /// Schedule options with the Qwen Image 2.1 flux parameters (a model preset: apply
 /// `--extra-sample-args` after it).

@@ -31,7 +31,9 @@ use crate::models::te::qwen3::{
 use crate::models::vae::qwen_image_2_1_vae::{LatentStats, QwenImage21Vae, QwenImage21VaeConfig};
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
-use crate::pipeline::family::{BatchInputs, Family, Generator, ImageJob, LoadContext, SizeRule};
+use crate::pipeline::family::{
+    BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
+};
 use crate::pipeline::memo::Memo;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::progress::Progress;
@@ -89,14 +91,7 @@ pub struct QwenImage21Pipeline {
     pub(super) edit_embeds: Memo<edit::EditEmbedding>,
     prediction: Prediction,
     /// The batch's size, init latent and references (set by `prepare`).
-    batch: Option<Batch>,
-}
-
-struct Batch {
-    width: usize,
-    height: usize,
-    init: Option<HostTensor>,
-    edit: Option<EditInputs>,
+    batch: Option<Prepared<Option<EditInputs>>>,
 }
 
 fn cache_err(e: PrefixCacheError) -> Error {
@@ -504,20 +499,17 @@ impl Generator for QwenImage21Pipeline {
             );
             Some(e)
         };
-        self.batch = Some(Batch {
+        self.batch = Some(Prepared {
             width: w,
             height: h,
             init,
-            edit,
+            extra: edit,
         });
         Ok(())
     }
 
     fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
-        let batch = self
-            .batch
-            .as_ref()
-            .ok_or_else(|| Error::Unsupported("generate before prepare".into()))?;
+        let batch = Prepared::get(&self.batch)?;
         self.txt2img(QwenImage21Request {
             prompt: job.prompt,
             negative_prompt: job.negative_prompt,
@@ -531,7 +523,7 @@ impl Generator for QwenImage21Pipeline {
             // Later images of the batch share the prompts: keep their text K/V.
             keep_prefix_cache: job.more_follow,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
-            edit: batch.edit.as_ref(),
+            edit: batch.extra.as_ref(),
         })
     }
 
