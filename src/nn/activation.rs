@@ -18,3 +18,12 @@ pub fn gelu_tanh<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
     let q = g.scale_bias(g.sqr(x), GELU_CUBIC * k, k);
     g.div(g.silu(g.mul(x, q)), q)
 }
+
+/// The sigmoid scale of the quick GELU.
+const QUICK_GELU_SCALE: f32 = 1.702;
+
+/// Quick GELU `x·sigmoid(1.702·x)` (OpenAI CLIP, transformers `quick_gelu`), exact in f32 as
+/// `silu(1.702·x) / 1.702`: ggml's fused `gelu_quick` reads an f16 table on the CPU.
+pub fn quick_gelu<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+    g.scale(g.silu(g.scale(x, QUICK_GELU_SCALE)), 1.0 / QUICK_GELU_SCALE)
+}

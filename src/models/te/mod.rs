@@ -1,5 +1,6 @@
 //! Text encoders.
 
+pub mod clip;
 pub mod qwen3;
 pub mod qwen3_vl_vision;
 pub mod t5;
