@@ -3,4 +3,5 @@
 
 pub mod dit;
 pub mod te;
+pub mod unet;
 pub mod vae;
