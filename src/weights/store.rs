@@ -249,7 +249,9 @@ impl TensorStore {
             meta.safetensors = header.metadata;
             for t in header.tensors {
                 let at = (file, t.offset, t.len);
-                if let Some(info) = self.torch_order(&t.name, t.dtype, &t.shape, at, prefix, path)? {
+                if let Some(info) =
+                    self.torch_order(&t.name, t.dtype, &t.shape, at, prefix, path)?
+                {
                     new.push(info);
                 }
             }
@@ -258,7 +260,9 @@ impl TensorStore {
             meta.format = FileFormat::PyTorch(checkpoint.format);
             for t in checkpoint.tensors {
                 let at = (file, t.offset, t.len);
-                if let Some(info) = self.torch_order(&t.name, t.dtype, &t.shape, at, prefix, path)? {
+                if let Some(info) =
+                    self.torch_order(&t.name, t.dtype, &t.shape, at, prefix, path)?
+                {
                     new.push(info);
                 }
             }

@@ -55,8 +55,21 @@ impl ZipEntry {
                 ),
             });
         }
-        // Checked against the file when the directory was read.
-        Ok(&file[self.data_offset as usize..(self.data_offset + self.size) as usize])
+        // Checked against the file when the directory was read; `get` keeps a call with
+        // another file from panicking.
+        let range = usize::try_from(self.data_offset)
+            .ok()
+            .zip(usize::try_from(self.size).ok())
+            .and_then(|(start, len)| Some(start..start.checked_add(len)?));
+        range
+            .and_then(|r| file.get(r))
+            .ok_or_else(|| WeightsError::OffsetOutOfBounds {
+                path: path.to_path_buf(),
+                key: self.name.clone(),
+                begin: self.data_offset,
+                end: self.data_offset.saturating_add(self.size),
+                limit: file.len() as u64,
+            })
     }
 }
 
@@ -123,8 +136,7 @@ impl Reader<'_> {
             .rev()
             .find(|&at| {
                 self.bytes[at..at + 4] == EOCD_MAGIC
-                    && le(self.bytes, at + 20, 2)
-                        .is_some_and(|c| at + EOCD_LEN + c as usize <= len)
+                    && le(self.bytes, at + 20, 2).is_some_and(|c| at + EOCD_LEN + c as usize <= len)
             })
             .ok_or_else(|| self.bad("no end-of-central-directory record"))
     }
@@ -169,7 +181,10 @@ impl Reader<'_> {
     /// The ZIP64 extended-information extra field replaces each of `fields` that is all ones,
     /// in order (size, compressed size, local header offset).
     fn zip64_extra(&self, extra: &[u8], fields: &mut [&mut u64; 3], name: &str) -> Result<()> {
-        let wanted = fields.iter().filter(|f| ***f == u64::from(u32::MAX)).count();
+        let wanted = fields
+            .iter()
+            .filter(|f| ***f == u64::from(u32::MAX))
+            .count();
         if wanted == 0 {
             return Ok(());
         }
@@ -177,15 +192,17 @@ impl Reader<'_> {
         while at + 4 <= extra.len() {
             let id = le(extra, at, 2).unwrap_or(0);
             let len = le(extra, at + 2, 2).unwrap_or(0) as usize;
-            let body = extra
-                .get(at + 4..at + 4 + len)
-                .ok_or_else(|| self.bad(format!("entry '{name}': an extra field runs past its end")))?;
+            let body = extra.get(at + 4..at + 4 + len).ok_or_else(|| {
+                self.bad(format!("entry '{name}': an extra field runs past its end"))
+            })?;
             if id == 1 {
                 let mut pos = 0usize;
                 for f in fields.iter_mut() {
                     if **f == u64::from(u32::MAX) {
                         **f = le(body, pos, 8).ok_or_else(|| {
-                            self.bad(format!("entry '{name}': the ZIP64 extra field is too short"))
+                            self.bad(format!(
+                                "entry '{name}': the ZIP64 extra field is too short"
+                            ))
                         })?;
                         pos += 8;
                     }
@@ -203,9 +220,7 @@ impl Reader<'_> {
         if at.checked_add(CENTRAL_LEN).is_none_or(|e| e > dir_end)
             || self.bytes[at..at + 4] != CENTRAL_MAGIC
         {
-            return Err(self.bad(format!(
-                "no central directory header at offset {at}"
-            )));
+            return Err(self.bad(format!("no central directory header at offset {at}")));
         }
         let f = |off: usize, w: usize| self.field(at + off, w, "central directory");
         let flags = f(8, 2)?;
@@ -227,7 +242,11 @@ impl Reader<'_> {
         let name = String::from_utf8(self.bytes[name_at..name_at + name_len].to_vec())
             .map_err(|_| self.bad(format!("the entry name at offset {name_at} is not UTF-8")))?;
         let extra = &self.bytes[name_at + name_len..name_at + name_len + extra_len];
-        self.zip64_extra(extra, &mut [&mut size, &mut compressed_size, &mut local], &name)?;
+        self.zip64_extra(
+            extra,
+            &mut [&mut size, &mut compressed_size, &mut local],
+            &name,
+        )?;
         if disk != 0 && disk != 0xffff {
             return Err(self.bad("multi-disk archives are not supported"));
         }
@@ -248,12 +267,12 @@ impl Reader<'_> {
     /// Checks the local header at `offset` and returns where the entry's data starts.
     fn local_data(&self, offset: u64, name: &str, compressed_size: u64) -> Result<u64> {
         let at = self.at(offset, &format!("the local header of '{name}'"))?;
-        if at.checked_add(LOCAL_LEN).is_none_or(|e| e > self.bytes.len())
+        if at
+            .checked_add(LOCAL_LEN)
+            .is_none_or(|e| e > self.bytes.len())
             || self.bytes[at..at + 4] != LOCAL_MAGIC
         {
-            return Err(self.bad(format!(
-                "no local header for '{name}' at offset {offset}"
-            )));
+            return Err(self.bad(format!("no local header for '{name}' at offset {offset}")));
         }
         let name_len = self.field(at + 26, 2, "local header")?;
         let extra_len = self.field(at + 28, 2, "local header")?;
@@ -401,7 +420,10 @@ mod tests {
     fn every_truncation_is_an_error() {
         let a = archive("archive/data.pkl", b"hello", true);
         for n in 0..a.len() {
-            assert!(read_zip_directory(&a[..n], Path::new("t.zip")).is_err(), "{n}");
+            assert!(
+                read_zip_directory(&a[..n], Path::new("t.zip")).is_err(),
+                "{n}"
+            );
         }
     }
 }

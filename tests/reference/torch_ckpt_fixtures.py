@@ -5,8 +5,9 @@ Good files are real `torch.save` output (ZIP and legacy formats) of one tiny sta
 with a safetensors twin holding the same tensors, so the Rust reader is checked against what
 torch wrote and what the safetensors package wrote for the same data:
 
-- plain.pt / plain_legacy.pt: a bare state dict (f32, f16, bf16, f64, int64/32/16/8, uint8,
-  bool, float8_e4m3fn, a 5-D weight, a tied weight, two tensors viewing one storage at
+- plain.pt / plain_legacy.pt: a bare state dict (an OrderedDict with `_metadata`, as
+  nn.Module.state_dict() returns; f32, f16, bf16, f64, int64/32/16/8, uint8,
+  bool, float8_e4m3fn, a 5-D weight, an empty tensor, a tied weight, two tensors viewing one storage at
   different offsets, a 0-d tensor);
 - lightning.ckpt / lightning_legacy.ckpt: a Lightning-style checkpoint
   {"state_dict": ..., "epoch": 3, "global_step": 10, "callbacks": {...}, "optimizer_states":
@@ -22,6 +23,7 @@ MARKER if they ever ran; the Rust test asserts it does not exist.
 Re-runnable: python3 tests/reference/torch_ckpt_fixtures.py
 """
 import argparse
+import collections
 import io
 import os
 import struct
@@ -62,8 +64,13 @@ def state_dict():
         "bool.mask": torch.tensor([True, False, True]),
         "f8.weight": torch.randn(2, 4, generator=g).to(torch.float8_e4m3fn),
         "conv3d.weight": torch.randn(2, 1, 1, 2, 3, generator=g),
+        "empty.buf": torch.zeros(0, 3),
         "model_ema.decay": torch.tensor(0.9999),
     }
+    # As nn.Module.state_dict() returns it: an OrderedDict with a `_metadata` attribute (pickled
+    # as REDUCE OrderedDict, SETITEMS, then BUILD with the attribute).
+    sd = collections.OrderedDict(sd)
+    sd._metadata = collections.OrderedDict({"": {"version": 1}})
     return sd
 
 
@@ -93,6 +100,8 @@ def lightning_module():
 
 def lightning(sd):
     lightning_module()
+    # Without the empty tensor: the test converts this file to GGUF, which holds no empty ones.
+    sd = collections.OrderedDict((k, v) for k, v in sd.items() if v.numel() > 0)
     return {
         "epoch": 3,
         "global_step": 10,

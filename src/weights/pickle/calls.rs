@@ -10,8 +10,9 @@ use super::value::{Object, StorageRef, TensorRef, Value};
 /// leading ones). A small bound keeps every rebuild a constant amount of work.
 const MAX_TENSOR_DIMS: usize = 16;
 
-/// Longest storage key accepted (torch writes decimal numbers).
-const MAX_STORAGE_KEY: usize = 256;
+/// Longest storage key accepted (torch writes decimal numbers; the bound keeps each storage
+/// and tensor description small).
+const MAX_STORAGE_KEY: usize = 64;
 
 const UNKNOWN_REASON: &str = "it is not a tensor or container constructor this reader knows \
      (the file holds a pickled Python object; building it would run its code. Save the model's \
@@ -34,7 +35,10 @@ impl Machine<'_> {
                 "{what}: {} items, expected at most {max}",
                 items.len()
             )),
-            _ => malformed(format!("{what}: expected a tuple, found a {}", self.kind(v))),
+            _ => malformed(format!(
+                "{what}: expected a tuple, found a {}",
+                self.kind(v)
+            )),
         }
     }
 
@@ -108,7 +112,7 @@ impl Machine<'_> {
                     {
                         self.alloc(Object::Dict(Vec::new()))
                     }
-                    _ => self.alloc(Object::Opaque("a dict built from items".into())),
+                    _ => self.alloc(Object::Opaque(callable)),
                 }
             }
             Global::Size => {
@@ -125,11 +129,10 @@ impl Machine<'_> {
                     None => malformed("copyreg._reconstructor without a class"),
                 }
             }
-            Global::TypedStorage(d) | Global::DType(d) => {
-                self.alloc(Object::Opaque(format!("torch.{}", d.name)))
-            }
-            Global::UntypedStorage => self.alloc(Object::Opaque("torch.UntypedStorage".into())),
-            Global::Inert(name) => self.alloc(Object::Opaque(name)),
+            Global::TypedStorage(_)
+            | Global::DType(_)
+            | Global::UntypedStorage
+            | Global::Inert(_) => self.alloc(Object::Opaque(callable)),
             Global::Unknown(name) => Self::refuse(name),
         }
     }
@@ -139,9 +142,8 @@ impl Machine<'_> {
     pub(super) fn instantiate(&mut self, cls: Value) -> Step<Value> {
         match self.global_of(cls) {
             Some(Global::DictClass) => self.alloc(Object::Dict(Vec::new())),
-            Some(Global::Inert(name)) => self.alloc(Object::Opaque(name)),
             Some(Global::Unknown(name)) => Self::refuse(name),
-            Some(_) => self.alloc(Object::Opaque("a torch object".into())),
+            Some(_) => self.alloc(Object::Opaque(cls)),
             None => malformed(format!(
                 "an instance of a {}, not of a class",
                 self.kind(cls)
@@ -168,7 +170,7 @@ impl Machine<'_> {
         match tag.as_str() {
             "storage" => self.storage(&items),
             // A saved nn.Module class (legacy format): kept as data, never built.
-            "module" => self.alloc(Object::Opaque("an nn.Module class".into())),
+            "module" => self.alloc(Object::Opaque(Value::None)),
             _ => malformed(format!(
                 "unknown persistent id '{}'",
                 tag.chars().take(40).collect::<String>()

@@ -41,12 +41,27 @@ use SourceDType as S;
 /// `torch.UntypedStorage` plus the dtype, through `_rebuild_tensor_v3`).
 const DTYPES: [(TorchDType, Option<&str>); 24] = [
     (dt("float64", 8, Some(S::F64)), Some("DoubleStorage")),
-    (dt("float32", 4, Some(S::Ggml(DType::F32))), Some("FloatStorage")),
-    (dt("float16", 2, Some(S::Ggml(DType::F16))), Some("HalfStorage")),
-    (dt("bfloat16", 2, Some(S::Ggml(DType::BF16))), Some("BFloat16Storage")),
+    (
+        dt("float32", 4, Some(S::Ggml(DType::F32))),
+        Some("FloatStorage"),
+    ),
+    (
+        dt("float16", 2, Some(S::Ggml(DType::F16))),
+        Some("HalfStorage"),
+    ),
+    (
+        dt("bfloat16", 2, Some(S::Ggml(DType::BF16))),
+        Some("BFloat16Storage"),
+    ),
     (dt("int64", 8, Some(S::I64)), Some("LongStorage")),
-    (dt("int32", 4, Some(S::Ggml(DType::I32))), Some("IntStorage")),
-    (dt("int16", 2, Some(S::Ggml(DType::I16))), Some("ShortStorage")),
+    (
+        dt("int32", 4, Some(S::Ggml(DType::I32))),
+        Some("IntStorage"),
+    ),
+    (
+        dt("int16", 2, Some(S::Ggml(DType::I16))),
+        Some("ShortStorage"),
+    ),
     (dt("int8", 1, Some(S::Ggml(DType::I8))), Some("CharStorage")),
     (dt("uint8", 1, Some(S::U8)), Some("ByteStorage")),
     (dt("bool", 1, Some(S::Bool)), Some("BoolStorage")),
@@ -340,9 +355,15 @@ mod tests {
             panic!("float8_e4m3fn");
         };
         assert_eq!(d.source, Some(SourceDType::F8E4M3));
-        assert_eq!(resolve("torch", "half").map(|g| matches!(g, Global::DType(_))), Ok(true));
+        assert_eq!(
+            resolve("torch", "half").map(|g| matches!(g, Global::DType(_))),
+            Ok(true)
+        );
         assert!(matches!(
-            resolve("pytorch_lightning.callbacks.model_checkpoint", "ModelCheckpoint"),
+            resolve(
+                "pytorch_lightning.callbacks.model_checkpoint",
+                "ModelCheckpoint"
+            ),
             Ok(Global::Inert(_))
         ));
         assert!(matches!(

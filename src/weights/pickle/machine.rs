@@ -37,6 +37,7 @@ pub(super) struct Machine<'a> {
     pub(super) objects: Vec<Object>,
     /// Every storage a persistent id declared, by key.
     pub(super) storages: HashMap<String, StorageRef>,
+    globals_named: usize,
 }
 
 impl<'a> Machine<'a> {
@@ -49,6 +50,7 @@ impl<'a> Machine<'a> {
             memo: HashMap::new(),
             objects: Vec::new(),
             storages: HashMap::new(),
+            globals_named: 0,
         }
     }
 
@@ -126,10 +128,7 @@ impl<'a> Machine<'a> {
 
     pub(super) fn alloc(&mut self, o: Object) -> Step<Value> {
         if self.objects.len() >= self.limits.max_objects {
-            return malformed(format!(
-                "more than {} objects",
-                self.limits.max_objects
-            ));
+            return malformed(format!("more than {} objects", self.limits.max_objects));
         }
         let id = ObjId(self.objects.len() as u32);
         self.objects.push(o);
@@ -184,7 +183,7 @@ impl<'a> Machine<'a> {
     // --- containers -----------------------------------------------------------------------
 
     fn set_items(&mut self, items: Vec<Value>) -> Step<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return malformed("SETITEMS with an odd number of entries");
         }
         let target = self.top()?;
@@ -219,6 +218,13 @@ impl<'a> Machine<'a> {
     }
 
     fn global(&mut self, module: &[u8], name: &[u8]) -> Step<()> {
+        self.globals_named += 1;
+        if self.globals_named > self.limits.max_globals {
+            return malformed(format!(
+                "more than {} globals named",
+                self.limits.max_globals
+            ));
+        }
         let text = |b: &[u8]| -> Step<String> {
             if b.len() > MAX_GLOBAL_NAME {
                 return malformed(format!(
@@ -262,7 +268,10 @@ impl<'a> Machine<'a> {
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
             return self.push_obj(Object::BigInt(Vec::new()));
         }
-        malformed(format!("{what} '{}' is not an integer", text.escape_debug()))
+        malformed(format!(
+            "{what} '{}' is not an integer",
+            text.escape_debug()
+        ))
     }
 
     fn long_bytes(&mut self, bytes: &[u8]) -> Step<()> {
@@ -302,10 +311,7 @@ impl<'a> Machine<'a> {
             }
             MARK => {
                 if self.marks.len() >= self.limits.max_marks {
-                    return malformed(format!(
-                        "more than {} nested MARKs",
-                        self.limits.max_marks
-                    ));
+                    return malformed(format!("more than {} nested MARKs", self.limits.max_marks));
                 }
                 self.marks.push(self.stack.len());
             }
@@ -455,7 +461,7 @@ impl<'a> Machine<'a> {
             EMPTY_DICT => self.push_obj(Object::Dict(Vec::new()))?,
             DICT => {
                 let items = self.pop_mark()?;
-                if items.len() % 2 != 0 {
+                if !items.len().is_multiple_of(2) {
                     return malformed("DICT with an odd number of entries");
                 }
                 let pairs = items.chunks_exact(2).map(|kv| (kv[0], kv[1])).collect();

@@ -28,14 +28,17 @@ pub use globals::TorchDType;
 pub use value::{ObjId, Object, StorageRef, TensorRef, Value};
 
 /// Caps on the machine's state. The defaults are far above what `torch.save` writes for any
-/// model (a state dict keeps the stack at a few thousand entries) and keep a hostile pickle's
-/// footprint to a few hundred MB at most.
+/// model (about ten objects and memo entries per tensor; a state dict keeps the stack at a few
+/// thousand entries) and keep a hostile pickle's footprint to a few hundred MB at most.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_stack: usize,
     pub max_marks: usize,
     pub max_memo: usize,
     pub max_objects: usize,
+    /// GLOBAL / STACK_GLOBAL / INST opcodes (a real pickle names each global once and reuses
+    /// it through the memo; each one copies up to two names).
+    pub max_globals: usize,
 }
 
 impl Default for Limits {
@@ -43,8 +46,9 @@ impl Default for Limits {
         Limits {
             max_stack: 1 << 20,
             max_marks: 4096,
-            max_memo: 1 << 22,
-            max_objects: 1 << 22,
+            max_memo: 1 << 20,
+            max_objects: 1 << 20,
+            max_globals: 1 << 16,
         }
     }
 }
@@ -52,7 +56,10 @@ impl Default for Limits {
 /// Why a pickle was not read. Offsets are relative to the pickle's first byte.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PickleError {
-    Malformed { offset: usize, reason: String },
+    Malformed {
+        offset: usize,
+        reason: String,
+    },
     /// A global that would run code, or that is not on the allowlist and was applied.
     Refused {
         offset: usize,

@@ -73,8 +73,9 @@ pub enum Object {
     Storage(StorageRef),
     Tensor(TensorRef),
     /// An instance of a harmless class that was never built: it absorbs the arguments, items
-    /// and state given to it. Holds the class name, for messages.
-    Opaque(String),
+    /// and state given to it. Holds the global that made it (`None` when none did), not a
+    /// copy of its name, so making many costs no memory beyond the arena entry.
+    Opaque(Value),
 }
 
 impl Object {

@@ -65,9 +65,9 @@ pub(super) fn parse_legacy(bytes: &[u8], path: &Path) -> Result<Vec<TorchTensor>
     }
     let sys_info = next_pickle(bytes, &mut pos, "the legacy sys_info", path)?;
     if let Some(Object::Dict(items)) = sys_info.get(sys_info.root) {
-        let big_endian = items.iter().any(|&(k, v)| {
-            sys_info.str(k) == Some("little_endian") && v == Value::Bool(false)
-        });
+        let big_endian = items
+            .iter()
+            .any(|&(k, v)| sys_info.str(k) == Some("little_endian") && v == Value::Bool(false));
         if big_endian {
             return Err(unsupported(
                 path,

@@ -160,12 +160,22 @@ pub(super) fn layout(name: &str, t: &TensorRef, path: &Path) -> Result<Option<La
         .numel
         .checked_mul(t.storage.elem_size())
         .ok_or_else(|| bad_shape(format!("storage '{}' size overflows", t.storage.key)))?;
+    if numel == 0 {
+        // No bytes: an empty range at the storage's start, whatever the offset says.
+        return Ok(Some(Layout {
+            dtype,
+            shape: t.size.clone(),
+            offset: 0,
+            len: 0,
+            storage_len,
+        }));
+    }
     let offset = t
         .storage_offset
         .checked_mul(elem)
         .ok_or_else(|| bad_shape(format!("storage offset {} overflows", t.storage_offset)))?;
     let end = offset.checked_add(len);
-    if numel > 0 && end.is_none_or(|e| e > storage_len) {
+    if end.is_none_or(|e| e > storage_len) {
         return Err(WeightsError::OffsetOutOfBounds {
             path: path.to_path_buf(),
             key: name.to_string(),
