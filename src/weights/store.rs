@@ -35,9 +35,9 @@ pub struct FileMeta {
     pub format: FileFormat,
     /// Prefix given to [`TensorStore::add_file`].
     pub prefix: String,
-    /// GGUF key/value metadata (empty for safetensors).
+    /// GGUF key/value metadata (empty for other formats).
     pub gguf: GgufMetadata,
-    /// safetensors `__metadata__` (empty for GGUF).
+    /// safetensors `__metadata__` (empty for other formats).
     pub safetensors: BTreeMap<String, String>,
     /// `config.json` of the diffusers folder this file came from, if any.
     pub config: Option<Value>,

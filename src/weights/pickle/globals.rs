@@ -264,7 +264,7 @@ fn within(module: &str, m: &str) -> bool {
     module == m || module.strip_prefix(m).is_some_and(|r| r.starts_with('.'))
 }
 
-/// Why a name is refused on sight, if it is.
+/// True when a name is refused on sight.
 fn runs_code(module: &str, name: &str) -> bool {
     if CODE_RUNNING_MODULES.iter().any(|m| within(module, m)) {
         return true;

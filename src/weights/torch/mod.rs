@@ -11,6 +11,25 @@
 //! dict nested in it; see `state_dict.rs`). 0-d tensors are skipped. Types the store does not
 //! load (uint8, bool, uint16/32/64) come through and are skipped by the store like safetensors
 //! ones; complex and quantized tensors are errors, as unknown safetensors dtypes are.
+//!
+//! Differences from upstream (`model_io/pickle_io.cpp`, `torch_zip_io.cpp`,
+//! `torch_legacy_io.cpp`), which is the spec otherwise:
+//! - upstream turns every REDUCE it does not know into `None`. Here code-running globals are
+//!   refused on sight and applying a global outside the allowlist is refused, so a checkpoint
+//!   holding a pickled custom object (a whole `nn.Module`, a custom class among its
+//!   hyperparameters) loads upstream but not here;
+//! - upstream rejects the whole file on `Byte`/`Bool`/`Short`/`CharStorage`; here int16 and
+//!   int8 load, uint8 and bool are skipped;
+//! - upstream drops `_rebuild_tensor_v3` tensors (float8, uint16/32/64); here they load like
+//!   the same safetensors types;
+//! - upstream keeps 0-d tensors; here they are skipped;
+//! - upstream checks the layout of every tensor in the pickle, here only of those loaded (a
+//!   non-contiguous optimizer state does not matter);
+//! - upstream reads every `data.pkl` of the archive and inflates compressed entries; here
+//!   exactly one `data.pkl` (top level or one folder down) and stored entries only;
+//! - upstream also reads a legacy file that lacks the magic-number pickle; here it is required;
+//! - a `byteorder` record other than `little`, or a legacy `sys_info` saying big-endian, is
+//!   refused (upstream ignores both).
 
 mod legacy;
 mod state_dict;
