@@ -74,8 +74,7 @@ fn unrecognised_files_are_bad_magic() {
         b"G".to_vec(),
         b"GGU".to_vec(),
         b"gguf\x03\0\0\0".to_vec(),
-        b"\x80\x02}q\x00(X".to_vec(), // a pickle (.ckpt) header
-        b"PK\x03\x04\x14\0\0\0\0\0".to_vec(),
+        b"\x80\x02}q\x00(X".to_vec(), // a pickle without torch's legacy magic number
         b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(),
         b"\0\0\0\0\0\0\0\0[".to_vec(),
         b"<html><body>404</body></html>".to_vec(),
@@ -102,6 +101,13 @@ fn unrecognised_files_are_bad_magic() {
         }
     }
     eprintln!("bad_magic (store): {} cases", inputs.len());
+    // A ZIP header is a PyTorch checkpoint's magic: a cut-off one is a broken archive.
+    let p = dir.path().join("zip_header.ckpt");
+    std::fs::write(&p, b"PK\x03\x04\x14\0\0\0\0\0").unwrap();
+    match no_panic("zip header", || TensorStore::open(&p)) {
+        Err(WeightsError::BadZip { path, .. }) => assert_eq!(path, p),
+        other => panic!("zip header: {other:?}"),
+    }
 }
 
 /// Parses `bytes`; when the parser accepts them, loads every tensor through the store too.

@@ -19,7 +19,7 @@ pub enum WeightsError {
     #[error("'{path}' is truncated: the file ends inside {what}")]
     Truncated { path: PathBuf, what: String },
 
-    #[error("'{path}' is neither a GGUF nor a safetensors file (unrecognised magic)")]
+    #[error("'{path}' is not a GGUF, safetensors or PyTorch checkpoint file (unrecognised magic)")]
     BadMagic { path: PathBuf },
 
     #[error("'{path}': unsupported GGUF version {version} (supported: 2, 3)")]
@@ -126,6 +126,30 @@ pub enum WeightsError {
 
     #[error("'{path}' is not a model file or folder this program can read: {reason}")]
     NotAModel { path: PathBuf, reason: String },
+
+    #[error("'{path}': invalid zip archive: {reason}")]
+    BadZip { path: PathBuf, reason: String },
+
+    #[error("'{path}': {part}: malformed pickle at byte {offset}: {reason}")]
+    BadPickle {
+        path: PathBuf,
+        /// Which pickle: a zip entry (`archive/data.pkl`) or a legacy file's section.
+        part: String,
+        offset: u64,
+        reason: String,
+    },
+
+    #[error("'{path}': {part}: refuses to call {global}: {reason}")]
+    PickleRefused {
+        path: PathBuf,
+        part: String,
+        /// `module.name` of the refused global.
+        global: String,
+        reason: String,
+    },
+
+    #[error("'{path}': unsupported PyTorch checkpoint: {reason}")]
+    UnsupportedTorch { path: PathBuf, reason: String },
 
     #[error("cannot convert tensor '{key}': {reason}")]
     Convert { key: String, reason: String },

@@ -1,4 +1,5 @@
-//! Model files: safetensors and GGUF readers (memory-mapped, validating), a GGUF writer,
+//! Model files: safetensors, GGUF and PyTorch checkpoint readers (memory-mapped, validating;
+//! checkpoints through a restricted unpickler that runs nothing), a GGUF writer,
 //! [`TensorStore`] (name → type, shape, file, offset), element types, and checkpoint name
 //! normalisation.
 //!
@@ -8,8 +9,8 @@
 //! truncated files produce a [`WeightsError`] naming the file and key, never a panic or a huge
 //! allocation.
 //!
-//! Shapes near ggml use ggml's `ne` order (innermost first); safetensors shapes (PyTorch order)
-//! are reversed when they enter the store.
+//! Shapes near ggml use ggml's `ne` order (innermost first); safetensors and checkpoint shapes
+//! (PyTorch order) are reversed when they enter the store.
 
 pub mod dtype;
 pub mod error;
@@ -17,14 +18,18 @@ pub mod gguf;
 pub mod gguf_writer;
 pub mod mmap;
 pub mod names;
+pub mod pickle;
 pub mod safetensors;
 pub mod store;
+pub mod torch;
+pub mod zip;
 
 pub use dtype::{convert_for_load, to_f32, SourceDType};
 pub use error::{Result, WeightsError};
 pub use gguf::{GgufHeader, GgufMetadata, GgufTensorInfo, GgufType, GgufValue, GgufWriter};
 pub use names::{normalize_name, Component};
 pub use store::{FileFormat, FileMeta, TensorInfo, TensorStore};
+pub use torch::TorchFormat;
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};

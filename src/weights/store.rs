@@ -15,6 +15,7 @@ use super::gguf::{parse_gguf, GgufMetadata, MAX_DIMS};
 use super::mmap::MappedFile;
 use super::names::normalize_name;
 use super::safetensors::{parse_index, parse_safetensors};
+use super::torch::{is_torch_legacy, is_torch_zip, parse_torch, TorchFormat};
 use crate::dtype::DType;
 
 /// Container format of a mapped file.
@@ -22,6 +23,9 @@ use crate::dtype::DType;
 pub enum FileFormat {
     Gguf,
     Safetensors,
+    /// A `torch.save` checkpoint (`.ckpt`, `.pt`, `.pth`, `.bin`), ZIP or legacy; see
+    /// [`super::torch`].
+    PyTorch(TorchFormat),
 }
 
 /// What the store knows about one mapped file.
@@ -31,9 +35,9 @@ pub struct FileMeta {
     pub format: FileFormat,
     /// Prefix given to [`TensorStore::add_file`].
     pub prefix: String,
-    /// GGUF key/value metadata (empty for safetensors).
+    /// GGUF key/value metadata (empty for other formats).
     pub gguf: GgufMetadata,
-    /// safetensors `__metadata__` (empty for GGUF).
+    /// safetensors `__metadata__` (empty for other formats).
     pub safetensors: BTreeMap<String, String>,
     /// `config.json` of the diffusers folder this file came from, if any.
     pub config: Option<Value>,
@@ -91,14 +95,19 @@ pub struct TensorStore {
     keep: String,
 }
 
-/// Candidate weight files inside a diffusers component folder, in order of preference.
-const FOLDER_FILES: [&str; 6] = [
+/// Candidate weight files inside a diffusers component folder, in order of preference
+/// (PyTorch `.bin` files only when there is no safetensors file).
+const FOLDER_FILES: [&str; 10] = [
     "diffusion_pytorch_model.safetensors.index.json",
     "diffusion_pytorch_model.safetensors",
     "diffusion_pytorch_model.fp16.safetensors",
     "model.safetensors.index.json",
     "model.safetensors",
     "model.fp16.safetensors",
+    "diffusion_pytorch_model.bin.index.json",
+    "diffusion_pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
 ];
 
 /// Largest `config.json` read from a folder.
@@ -116,8 +125,9 @@ impl TensorStore {
         Ok(store)
     }
 
-    /// Adds a GGUF file, a safetensors file, a `*.safetensors.index.json` (all shards), or a
-    /// diffusers component folder. Tensor names are normalised with [`normalize_name`] using
+    /// Adds a GGUF file, a safetensors file, a PyTorch checkpoint (`torch.save` output in
+    /// either format, recognised by its magic bytes), a `*.safetensors.index.json` or
+    /// `*.bin.index.json` (all shards), or a diffusers component folder. Tensor names are normalised with [`normalize_name`] using
     /// `prefix` (e.g. `"model.diffusion_model."`). Names already in the store are rejected.
     /// A file that fails validation leaves the store unchanged; for a sharded index, shards
     /// added before the failing one stay in the store.
@@ -238,31 +248,23 @@ impl TensorStore {
             let header = parse_safetensors(bytes, path)?;
             meta.safetensors = header.metadata;
             for t in header.tensors {
-                let name = normalize_name(&t.name, prefix);
-                let Some(dtype) = t.dtype.load_dtype() else {
-                    log::debug!(
-                        "{}: skipping {} tensor '{}'",
-                        path.display(),
-                        t.dtype,
-                        t.name
-                    );
-                    self.skipped.push((name, t.dtype));
-                    continue;
-                };
-                let torch = squeeze_outer(&t.shape, &t.name, path)?;
-                let torch = fold_conv3d(torch);
-                let reversed: Vec<u64> = torch.iter().rev().copied().collect();
-                let (ne, n_dims) = ggml_ne(&reversed, &t.name, path)?;
-                new.push(TensorInfo {
-                    name,
-                    dtype,
-                    source: t.dtype,
-                    ne,
-                    n_dims,
-                    file,
-                    offset: t.offset as usize,
-                    len: t.len as usize,
-                });
+                let at = (file, t.offset, t.len);
+                if let Some(info) =
+                    self.torch_order(&t.name, t.dtype, &t.shape, at, prefix, path)?
+                {
+                    new.push(info);
+                }
+            }
+        } else if is_torch_zip(bytes) || is_torch_legacy(bytes) {
+            let checkpoint = parse_torch(bytes, path)?;
+            meta.format = FileFormat::PyTorch(checkpoint.format);
+            for t in checkpoint.tensors {
+                let at = (file, t.offset, t.len);
+                if let Some(info) =
+                    self.torch_order(&t.name, t.dtype, &t.shape, at, prefix, path)?
+                {
+                    new.push(info);
+                }
             }
         } else {
             return Err(WeightsError::BadMagic {
@@ -287,6 +289,40 @@ impl TensorStore {
         self.maps.push(map);
         self.files.push(meta);
         Ok(())
+    }
+
+    /// The store entry of a tensor whose shape is in PyTorch order (safetensors and PyTorch
+    /// checkpoints); `None` (and a note in [`TensorStore::skipped`]) for a type ggml does not
+    /// take. `at` is (file index, byte offset, byte length).
+    fn torch_order(
+        &mut self,
+        key: &str,
+        source: SourceDType,
+        shape: &[u64],
+        at: (usize, u64, u64),
+        prefix: &str,
+        path: &Path,
+    ) -> Result<Option<TensorInfo>> {
+        let name = normalize_name(key, prefix);
+        let Some(dtype) = source.load_dtype() else {
+            log::debug!("{}: skipping {source} tensor '{key}'", path.display());
+            self.skipped.push((name, source));
+            return Ok(None);
+        };
+        let torch = squeeze_outer(shape, key, path)?;
+        let torch = fold_conv3d(torch);
+        let reversed: Vec<u64> = torch.iter().rev().copied().collect();
+        let (ne, n_dims) = ggml_ne(&reversed, key, path)?;
+        Ok(Some(TensorInfo {
+            name,
+            dtype,
+            source,
+            ne,
+            n_dims,
+            file: at.0,
+            offset: at.1 as usize,
+            len: at.2 as usize,
+        }))
     }
 
     /// Files in load order (shards count as separate files).
@@ -452,7 +488,15 @@ fn ggml_ne(ne: &[u64], key: &str, path: &Path) -> Result<([usize; 4], usize)> {
 }
 
 /// Weight file names diffusers gives a component inside its folder (shards start with these).
-const DIFFUSERS_WEIGHT_STEMS: [&str; 2] = ["diffusion_pytorch_model", "model"];
+const DIFFUSERS_WEIGHT_STEMS: [&str; 3] = ["diffusion_pytorch_model", "model", "pytorch_model"];
+
+/// Endings of those weight files (and of their shard indexes).
+const DIFFUSERS_WEIGHT_ENDINGS: [&str; 4] = [
+    ".safetensors",
+    ".safetensors.index.json",
+    ".bin",
+    ".bin.index.json",
+];
 
 /// The `config.json` beside `path` when `path` is a diffusers component's weights file (see
 /// [`TensorStore::add_file`]); `None` for any other file.
@@ -463,7 +507,7 @@ fn beside_config(path: &Path) -> Result<Option<Value>> {
     let diffusers_named = DIFFUSERS_WEIGHT_STEMS.iter().any(|stem| {
         name.strip_prefix(stem)
             .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
-            && (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json"))
+            && DIFFUSERS_WEIGHT_ENDINGS.iter().any(|e| name.ends_with(e))
     });
     let config = path.with_file_name("config.json");
     if diffusers_named && config.is_file() {
