@@ -318,19 +318,25 @@ impl BpeTokenizer {
             .bytes()
             .filter_map(|b| self.byte_ids[b as usize])
             .collect();
-        while syms.len() > 1 {
-            let best = syms
-                .windows(2)
-                .enumerate()
-                .filter_map(|(i, w)| self.merges.get(&(w[0], w[1])).map(|&(r, m)| (r, i, m)))
-                .min_by_key(|&(r, i, _)| (r, i));
-            let Some((_, i, merged)) = best else {
-                break;
-            };
-            syms[i] = merged;
-            syms.remove(i + 1);
-        }
+        merge_by_rank(&mut syms, &self.merges);
         ids.extend(syms);
+    }
+}
+
+/// Applies BPE merges to a word's symbol ids: the lowest-ranked adjacent pair first, the
+/// leftmost among equals, until no pair has a merge. `merges`: (left, right) → (rank, merged).
+pub(super) fn merge_by_rank(syms: &mut Vec<u32>, merges: &HashMap<(u32, u32), (u32, u32)>) {
+    while syms.len() > 1 {
+        let best = syms
+            .windows(2)
+            .enumerate()
+            .filter_map(|(i, w)| merges.get(&(w[0], w[1])).map(|&(r, m)| (r, i, m)))
+            .min_by_key(|&(r, i, _)| (r, i));
+        let Some((_, i, merged)) = best else {
+            break;
+        };
+        syms[i] = merged;
+        syms.remove(i + 1);
     }
 }
 

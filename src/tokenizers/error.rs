@@ -19,4 +19,6 @@ pub enum TokenizerError {
     Vocab { origin: String, reason: String },
     #[error("{0}")]
     NotFound(String),
+    #[error(transparent)]
+    Emphasis(#[from] super::emphasis::EmphasisError),
 }
