@@ -56,6 +56,9 @@ fn pixart_cfg_pp_matches_the_transcription() {
             model_args: &ModelArgs::default(),
             needs: Needs::default(),
             t5_tokenizer: Some(&tok),
+            prediction: None,
+            clip_skip: None,
+            embd_dir: None,
         },
     )
     .unwrap();

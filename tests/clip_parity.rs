@@ -202,7 +202,9 @@ fn openclip_store() -> TensorStore {
     open_fixture("clip/g_openclip.safetensors")
 }
 
-const OPENCLIP_PREFIX: &str = "conditioner.embedders.1.";
+/// The file says `conditioner.embedders.1.model.*` (SDXL's bigG); the store keeps every bigG
+/// spelling under upstream's `cond_stage_model.1.transformer.` slot, OpenCLIP names after it.
+const OPENCLIP_PREFIX: &str = "cond_stage_model.1.transformer.";
 
 #[test]
 fn configs_detected_from_weights() {
@@ -237,7 +239,7 @@ fn configs_detected_from_weights() {
     // OpenCLIP layout without config.json: gelu whatever the caller guessed, 96 / 64 → 1 head.
     let store = openclip_store();
     let source = ClipSource::new(&store, OPENCLIP_PREFIX);
-    assert_eq!(source.layout(), ClipLayout::OpenClip("model."));
+    assert_eq!(source.layout(), ClipLayout::OpenClip(""));
     let loader = WeightLoader::new(&source, None);
     let hp = ClipHparams::new(ClipActivation::QuickGelu).with_openclip_layout(true);
     let c = ClipConfig::detect(&loader.root(""), &hp).unwrap();
@@ -368,7 +370,7 @@ fn converted_weight_types_within_tolerance() {
 /// stable-diffusion.cpp's converted name of an OpenCLIP tensor (inside the component), as its
 /// `convert_open_clip_to_hf_clip_name` writes it into a GGUF.
 fn sdcpp_name_of_openclip(name: &str) -> String {
-    let name = name.strip_prefix("model.").unwrap();
+    let name = name.strip_prefix("model.").unwrap_or(name);
     let tm = "transformer.text_model.";
     match name {
         "token_embedding.weight" => return format!("{tm}embeddings.token_embedding.weight"),

@@ -58,6 +58,9 @@ fn load(files: &ComponentFiles, plan: &BackendPlan) -> PixArtPipeline {
             model_args: &ModelArgs::default(),
             needs: Needs::default(),
             t5_tokenizer: Some(&tok),
+            prediction: None,
+            clip_skip: None,
+            embd_dir: None,
         },
     )
     .expect("pipeline loads")

@@ -2,7 +2,7 @@
 //! SD1-, SD2-, SDXL-, refiner- and SSD-1B-like tiny models.
 //! Fixtures: tests/reference/unet_fixtures.py → tests/fixtures/unet/<variant>/{diffusers/,
 //! ldm.safetensors, io.safetensors} (weights stored f16; the references are f32 computations
-//! over those exact values, with upstream's GroupNorm eps 1e-6 and tanh-GELU GEGLU).
+//! over those exact values, with diffusers' GroupNorm eps 1e-5 and exact-GELU GEGLU).
 //! Tolerances, as max abs error ≤ tol × max(1, max |reference|), batch 2 with two timesteps:
 //! - f32 (weights upcast from the f16 files): 1e-4, blocked CPU kernels and ggml's own;
 //! - the f16 files as they are (f16 matmuls and convs): 1e-2;

@@ -13,7 +13,9 @@ use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::{Defaults, ModelArgs, ModelFiles, RefImageArgs};
 use crate::rng::RngKind;
 use crate::runner::{BackendSpec, MemoryOptions};
-use crate::sampling::{ExtraSampleArgs, Guidance, SamplerKind, SamplingPlan, ScheduleKind};
+use crate::sampling::{
+    ExtraSampleArgs, Guidance, Prediction, SamplerKind, SamplingPlan, ScheduleKind,
+};
 
 /// Run mode (`-M/--mode`), upstream's `modes_str`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default, Serialize)]
@@ -153,6 +155,8 @@ pub struct RunConfig {
     pub weight_type: Option<DType>,
     /// `--model-args`, typed by the family registry.
     pub model_args: ModelArgs,
+    /// `--prediction`: overrides the family's detection.
+    pub prediction: Option<Prediction>,
     /// From `-p` or `--prompt-file`.
     pub prompt: String,
     /// From `-n` or `--negative-prompt-file`.

@@ -50,6 +50,9 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         model_args: &cfg.model_args,
         needs,
         t5_tokenizer: cfg.models.t5xxl_tokenizer.as_deref(),
+        prediction: cfg.prediction,
+        clip_skip: cfg.clip_skip,
+        embd_dir: cfg.models.embd_dir.as_deref(),
     };
     let mut generator = family.load(&files, &ctx)?;
     drop(files);

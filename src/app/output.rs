@@ -86,6 +86,7 @@ pub(super) fn write(
         p.extra_sample_args = s.extra_text.clone();
         p.model_args = cfg.model_args.to_string();
         p.strength = batch.strength;
+        p.clip_skip = cfg.clip_skip;
         p
     });
     write_generation_png(&path, &to_png_image(image)?, params.as_ref())?;

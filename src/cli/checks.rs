@@ -147,13 +147,16 @@ pub(crate) fn check_inputs(cli: &Cli) -> Result<(), CliError> {
         ("--ad-model", &g.ad_model),
     ];
     // Model files may also be diffusers folders (config.json + weights).
-    const MAY_BE_FOLDER: [&str; 6] = [
+    const MAY_BE_FOLDER: [&str; 9] = [
         "-m/--model",
         "--diffusion-model",
+        "--clip_l",
+        "--clip_g",
         "--t5xxl",
         "--llm",
         "--llm_vision",
         "--vae",
+        "--taesd",
     ];
     for (flag, p) in files {
         match p {

@@ -13,7 +13,7 @@ mod linear;
 mod norm;
 mod rope;
 
-pub use activation::{geglu_tanh, gelu_tanh, quick_gelu};
+pub use activation::{geglu, gelu_tanh, quick_gelu};
 pub use attention::{attention, AttentionMask};
 pub use conv::Conv2d;
 pub use embed::{sincos_2d_pos_embed, timestep_embedding, TimestepEmbedding};

@@ -27,6 +27,8 @@ pub enum ModelFlag {
     Llm,
     LlmVision,
     Vae,
+    /// `--taesd`: the tiny autoencoder that replaces the VAE.
+    Taesd,
 }
 
 impl ModelFlag {
@@ -42,6 +44,7 @@ impl ModelFlag {
             ModelFlag::Llm => "--llm",
             ModelFlag::LlmVision => "--llm_vision",
             ModelFlag::Vae => "--vae",
+            ModelFlag::Taesd => "--taesd",
         }
     }
 }
@@ -81,6 +84,7 @@ impl ModelFiles {
             ModelFlag::Llm => self.llm.as_deref(),
             ModelFlag::LlmVision => self.llm_vision.as_deref(),
             ModelFlag::Vae => self.vae.as_deref(),
+            ModelFlag::Taesd => self.taesd.as_deref(),
         }
     }
 }
@@ -93,7 +97,13 @@ pub enum ComponentId {
     Llm,
     /// The LLM's vision tower (a separate file, or vision weights inside the LLM's).
     LlmVision,
+    /// The first CLIP text encoder: CLIP ViT-L (SD1, SDXL) or OpenCLIP ViT-H (SD2).
+    ClipL,
+    /// SDXL's OpenCLIP ViT-bigG.
+    ClipG,
     Vae,
+    /// The tiny autoencoder (`--taesd`), decoding instead of the VAE.
+    Taesd,
 }
 
 impl ComponentId {
@@ -103,7 +113,11 @@ impl ComponentId {
             ComponentId::Diffusion => Component::Diffusion.prefix(),
             ComponentId::T5 => Component::T5.prefix(),
             ComponentId::Llm | ComponentId::LlmVision => Component::Llm.prefix(),
+            ComponentId::ClipL => Component::TextEncoder.prefix(),
+            ComponentId::ClipG => Component::TextEncoder2.prefix(),
             ComponentId::Vae => Component::Vae.prefix(),
+            // Upstream's prefix for `--taesd` files.
+            ComponentId::Taesd => "tae.",
         }
     }
 
@@ -111,8 +125,12 @@ impl ComponentId {
     pub fn role(self) -> Role {
         match self {
             ComponentId::Diffusion => Role::Diffusion,
-            ComponentId::T5 | ComponentId::Llm | ComponentId::LlmVision => Role::TextEncoder,
-            ComponentId::Vae => Role::Vae,
+            ComponentId::T5
+            | ComponentId::Llm
+            | ComponentId::LlmVision
+            | ComponentId::ClipL
+            | ComponentId::ClipG => Role::TextEncoder,
+            ComponentId::Vae | ComponentId::Taesd => Role::Vae,
         }
     }
 }
@@ -123,6 +141,8 @@ pub enum Required {
     Always,
     /// Only when the run has reference images (`-r`).
     WithReferences,
+    /// Loaded when a file provides it (the SDXL refiner has no CLIP-L).
+    Optional,
 }
 
 /// Which PNG metadata field a component's file name goes in.
@@ -200,9 +220,19 @@ pub struct ComponentStore {
 }
 
 impl ComponentStore {
-    /// Opens `path` as component `id` (only its own tensors when `path` is a `-m` checkpoint).
+    /// Opens `path` as component `id` (only its own tensors when `path` is a `-m` checkpoint;
+    /// its subfolder when `path` is a diffusers pipeline folder).
     pub fn open(id: ComponentId, path: &Path, bundle: bool) -> Result<Self> {
         let mut store = TensorStore::new();
+        if bundle && path.join(MODEL_INDEX).is_file() {
+            return match pipeline_subfolder(id, path)? {
+                Some(sub) => Self::open(id, &sub, false),
+                None => Ok(Self {
+                    store,
+                    path: path.to_path_buf(),
+                }),
+            };
+        }
         if bundle {
             store.add_part(path, "", id.prefix())?;
         } else {
@@ -278,7 +308,7 @@ impl ComponentFiles {
     ) -> Result<()> {
         for spec in specs {
             let needed = match spec.required {
-                Required::Always => true,
+                Required::Always | Required::Optional => true,
                 Required::WithReferences => needs.references,
             };
             if !needed || self.get(spec.id).is_some() {
@@ -292,6 +322,7 @@ impl ComponentFiles {
             };
             match store.filter(|s| !s.is_empty()) {
                 Some(s) => self.insert(spec.id, s),
+                None if spec.required == Required::Optional => {}
                 None => return Err(missing(self.family, spec)),
             }
         }
@@ -308,6 +339,46 @@ impl ComponentFiles {
     pub fn get(&self, id: ComponentId) -> Option<&ComponentStore> {
         self.parts.iter().find(|(i, _)| *i == id).map(|(_, s)| s)
     }
+}
+
+/// The file that makes a folder a diffusers pipeline (one subfolder per component).
+const MODEL_INDEX: &str = "model_index.json";
+
+/// Subfolders of a diffusers pipeline that may hold component `id`, in order of preference.
+fn pipeline_candidates(id: ComponentId) -> &'static [&'static str] {
+    match id {
+        ComponentId::Diffusion => &["unet", "transformer"],
+        ComponentId::ClipL | ComponentId::Llm | ComponentId::LlmVision => &["text_encoder"],
+        ComponentId::ClipG => &["text_encoder_2"],
+        // SD3 keeps T5 third; PixArt has it as its only text encoder.
+        ComponentId::T5 => &["text_encoder_3", "text_encoder"],
+        ComponentId::Vae => &["vae"],
+        ComponentId::Taesd => &[],
+    }
+}
+
+/// The subfolder of pipeline folder `root` that holds component `id`: one its
+/// `model_index.json` lists with a class (the SDXL refiner lists `text_encoder` as
+/// `[null, null]`) and that exists.
+fn pipeline_subfolder(id: ComponentId, root: &Path) -> Result<Option<PathBuf>> {
+    let index_path = root.join(MODEL_INDEX);
+    let bad = |reason: String| Error::Model {
+        path: index_path.clone(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&index_path).map_err(|e| bad(e.to_string()))?;
+    let index: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    Ok(pipeline_candidates(id)
+        .iter()
+        .filter(|name| {
+            index
+                .get(**name)
+                .and_then(|v| v.as_array())
+                .is_some_and(|a| a.iter().any(|x| !x.is_null()))
+        })
+        .map(|name| root.join(name))
+        .find(|p| p.is_dir()))
 }
 
 fn missing(family: &str, spec: &ComponentSpec) -> Error {

@@ -116,6 +116,12 @@ pub struct LoadContext<'a> {
     pub needs: Needs,
     /// `--t5xxl-tokenizer`.
     pub t5_tokenizer: Option<&'a Path>,
+    /// `--prediction`: overrides what the family detects.
+    pub prediction: Option<Prediction>,
+    /// `--clip-skip` (`None`: the model's default).
+    pub clip_skip: Option<u32>,
+    /// `--embd-dir`: textual-inversion embeddings named in prompts.
+    pub embd_dir: Option<&'a Path>,
 }
 
 impl LoadContext<'_> {

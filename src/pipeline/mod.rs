@@ -13,6 +13,7 @@ pub mod prompt;
 pub mod qwen_image_2_1;
 pub mod ref_args;
 pub mod registry;
+pub mod sd;
 pub mod vae;
 
 pub use components::{ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFiles};

@@ -6,10 +6,11 @@ use super::family::Family;
 use super::model_args::{ModelArg, ModelArgSpec};
 use super::pixart::PixArtFamily;
 use super::qwen_image_2_1::QwenImage21Family;
+use super::sd::{SdFamily, SdxlFamily};
 use crate::weights::TensorStore;
 
 /// Every family, in detection order.
-pub static FAMILIES: &[&dyn Family] = &[&PixArtFamily, &QwenImage21Family];
+pub static FAMILIES: &[&dyn Family] = &[&PixArtFamily, &QwenImage21Family, &SdFamily, &SdxlFamily];
 
 /// The family whose diffusion model `diffusion` is.
 pub fn detect(diffusion: &ComponentStore) -> Option<&'static dyn Family> {
@@ -75,6 +76,11 @@ pub fn what_it_is(store: &TensorStore, prefix: &str) -> Option<&'static str> {
     };
     if any("encoder.block.0.layer.0.SelfAttention.") || any("enc.blk.0.attn_q.") {
         Some("a T5 text encoder (pass it with --t5xxl)")
+    } else if any("text_model.encoder.layers.")
+        || any("encoder.layers.0.self_attn.")
+        || any("transformer.resblocks.")
+    {
+        Some("a CLIP text encoder (pass it with --clip_l, or --clip_g for SDXL's second)")
     } else if has("decoder.conv_in.weight") || has("encoder.conv_in.weight") {
         Some("a VAE (pass it with --vae)")
     } else if any("model.language_model.") || any("blk.0.attn_q.") || has("embed_tokens.weight") {

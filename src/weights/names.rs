@@ -16,6 +16,8 @@
 //! | `text_encoders.t5xxl.transformer.`, `text_encoders.t5xxl.` | T5 |
 //! | `text_encoders.llm.`                | Llm         |
 //! | `cond_stage_model.transformer.`, `text_encoder.`, `te.` | TextEncoder |
+//! | `cond_stage_model.model.` (SD2 OpenCLIP), `conditioner.embedders.0.transformer.`, `text_encoders.clip_l.` | TextEncoder |
+//! | `cond_stage_model.1.transformer.`, `conditioner.embedders.1.model.`, `conditioner.embedders.0.model.` (SDXL refiner), `text_encoders.clip_g.` | TextEncoder2 |
 
 /// A model component, each with one canonical name prefix in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,8 +28,11 @@ pub enum Component {
     T5,
     /// LLM text encoder (Qwen Image 2.1's Qwen3-VL).
     Llm,
-    /// Any other text encoder (the generic `cond_stage_model.transformer.` slot).
+    /// Any other text encoder (the generic `cond_stage_model.transformer.` slot: SD1's and
+    /// SDXL's CLIP ViT-L, SD2's OpenCLIP ViT-H).
     TextEncoder,
+    /// SDXL's second text encoder (OpenCLIP ViT-bigG), upstream's `cond_stage_model.1.` slot.
+    TextEncoder2,
 }
 
 impl Component {
@@ -39,19 +44,22 @@ impl Component {
             Component::T5 => "text_encoders.t5xxl.transformer.",
             Component::Llm => "text_encoders.llm.",
             Component::TextEncoder => "cond_stage_model.transformer.",
+            Component::TextEncoder2 => "cond_stage_model.1.transformer.",
         }
     }
 
     fn is_text(self) -> bool {
         matches!(
             self,
-            Component::T5 | Component::Llm | Component::TextEncoder
+            Component::T5 | Component::Llm | Component::TextEncoder | Component::TextEncoder2
         )
     }
 }
 
 /// Known prefixes, longest first within each component so the most specific one wins.
-const PREFIXES: [(&str, Component); 10] = [
+/// The CLIP ones keep what follows them as the file spelled it (`text_model.…` for HF
+/// layouts, `transformer.resblocks.…` for OpenCLIP): the CLIP weight source reads both.
+const PREFIXES: [(&str, Component); 21] = [
     ("model.diffusion_model.", Component::Diffusion),
     ("diffusion_model.", Component::Diffusion),
     ("first_stage_model.", Component::Vae),
@@ -59,7 +67,21 @@ const PREFIXES: [(&str, Component); 10] = [
     ("text_encoders.t5xxl.transformer.", Component::T5),
     ("text_encoders.t5xxl.", Component::T5),
     ("text_encoders.llm.", Component::Llm),
+    ("cond_stage_model.1.transformer.", Component::TextEncoder2),
+    ("conditioner.embedders.1.model.", Component::TextEncoder2),
+    ("conditioner.embedders.0.model.", Component::TextEncoder2),
+    ("text_encoders.clip_g.transformer.", Component::TextEncoder2),
+    ("text_encoders.clip_g.", Component::TextEncoder2),
+    ("text_encoder_2.", Component::TextEncoder2),
+    ("te.1.", Component::TextEncoder2),
     ("cond_stage_model.transformer.", Component::TextEncoder),
+    ("cond_stage_model.model.", Component::TextEncoder),
+    (
+        "conditioner.embedders.0.transformer.",
+        Component::TextEncoder,
+    ),
+    ("text_encoders.clip_l.transformer.", Component::TextEncoder),
+    ("text_encoders.clip_l.", Component::TextEncoder),
     ("text_encoder.", Component::TextEncoder),
     ("te.", Component::TextEncoder),
 ];
@@ -294,6 +316,65 @@ mod tests {
                 "cond_stage_model.transformer.shared.weight",
             ),
             ("plain", "", "plain"),
+        ];
+        for (name, prefix, want) in cases {
+            assert_eq!(normalize_name(name, prefix), want, "{name} with {prefix}");
+        }
+    }
+
+    #[test]
+    fn clip_slots() {
+        let l = Component::TextEncoder.prefix();
+        let g = Component::TextEncoder2.prefix();
+        let cases = [
+            // SD1 and SDXL's CLIP-L, SD2's OpenCLIP-H: the rest of the name as the file has it.
+            (
+                "cond_stage_model.transformer.text_model.final_layer_norm.weight",
+                "",
+                "cond_stage_model.transformer.text_model.final_layer_norm.weight",
+            ),
+            (
+                "cond_stage_model.model.ln_final.weight",
+                "",
+                "cond_stage_model.transformer.ln_final.weight",
+            ),
+            (
+                "conditioner.embedders.0.transformer.text_model.x",
+                "",
+                "cond_stage_model.transformer.text_model.x",
+            ),
+            (
+                "conditioner.embedders.1.model.ln_final.bias",
+                "",
+                "cond_stage_model.1.transformer.ln_final.bias",
+            ),
+            // The SDXL refiner has only bigG, as embedder 0.
+            (
+                "conditioner.embedders.0.model.positional_embedding",
+                "",
+                "cond_stage_model.1.transformer.positional_embedding",
+            ),
+            (
+                "text_encoders.clip_g.transformer.text_model.x",
+                "",
+                "cond_stage_model.1.transformer.text_model.x",
+            ),
+            (
+                "te.1.text_model.x",
+                "",
+                "cond_stage_model.1.transformer.text_model.x",
+            ),
+            // A ComfyUI clip_l file under --clip_l, a bare one under --clip_g.
+            (
+                "text_encoders.clip_l.transformer.text_model.x",
+                l,
+                "cond_stage_model.transformer.text_model.x",
+            ),
+            (
+                "text_model.x",
+                g,
+                "cond_stage_model.1.transformer.text_model.x",
+            ),
         ];
         for (name, prefix, want) in cases {
             assert_eq!(normalize_name(name, prefix), want, "{name} with {prefix}");

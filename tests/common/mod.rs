@@ -144,3 +144,67 @@ pub fn merge_safetensors(out: &std::path::Path, inputs: &[&std::path::Path]) {
     }
     sd_cli::weights::safetensors::write_safetensors(out, &Default::default(), &items).unwrap();
 }
+
+/// Assembles the single-file checkpoint of a fixture recipe (see
+/// tests/reference/sd_pipeline_fixtures.py): the tensors of `<stem>.safetensors`, plus every
+/// entry of `<stem>.borrow.json` (`name -> [file under base, source name, PyTorch shape]`)
+/// copied from the diffusers folder's files. Returns the path of the file written in `dir`.
+pub fn assemble_checkpoint(
+    base: &std::path::Path,
+    stem: &str,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    use std::collections::BTreeMap;
+    let recipe: BTreeMap<String, (String, String, Vec<u64>)> =
+        serde_json::from_slice(&std::fs::read(base.join(format!("{stem}.borrow.json"))).unwrap())
+            .unwrap();
+    // The recipe's own tensors under their names as written (a store would normalise them).
+    let own_path = base.join(format!("{stem}.safetensors"));
+    let own_bytes = std::fs::read(&own_path).unwrap();
+    let own = sd_cli::weights::safetensors::parse_safetensors(&own_bytes, &own_path).unwrap();
+    let mut sources: BTreeMap<&str, TensorStore> = BTreeMap::new();
+    for (file, _, _) in recipe.values() {
+        sources
+            .entry(file.as_str())
+            .or_insert_with(|| TensorStore::open(&base.join(file)).unwrap());
+    }
+    // (name, dtype, shape, bytes)
+    let mut parts: Vec<(String, String, Vec<u64>, Vec<u8>)> = Vec::new();
+    for t in &own.tensors {
+        let start = t.offset as usize;
+        let bytes = own_bytes[start..start + t.len as usize].to_vec();
+        parts.push((
+            t.name.clone(),
+            t.dtype.name().to_uppercase(),
+            t.shape.clone(),
+            bytes,
+        ));
+    }
+    for (name, (file, src, shape)) in &recipe {
+        let store = &sources[file.as_str()];
+        let t = store
+            .get(src)
+            .unwrap_or_else(|| panic!("{file} has no tensor {src}"));
+        let bytes = store.get_bytes(t).unwrap().to_vec();
+        parts.push((
+            name.clone(),
+            t.source.name().to_uppercase(),
+            shape.clone(),
+            bytes,
+        ));
+    }
+    let items: Vec<_> = parts
+        .iter()
+        .map(
+            |(name, dtype, shape, data)| sd_cli::weights::safetensors::SafetensorsItem {
+                name,
+                dtype,
+                shape,
+                data,
+            },
+        )
+        .collect();
+    let out = dir.join(format!("{stem}.safetensors"));
+    sd_cli::weights::safetensors::write_safetensors(&out, &Default::default(), &items).unwrap();
+    out
+}

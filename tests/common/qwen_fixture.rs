@@ -75,6 +75,9 @@ pub fn qwen_pipeline(
                 references: parts.vision,
             },
             t5_tokenizer: None,
+            prediction: None,
+            clip_skip: None,
+            embd_dir: None,
         },
     )
     .expect("pipeline loads")

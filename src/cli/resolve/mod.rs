@@ -39,15 +39,16 @@ impl RunConfig {
         modes::check(&cli)?;
         let gen = generation::resolve(&cli, &mut warnings)?;
         let sampling = sampling::resolve(&cli.sampling, &mut warnings)?;
-        let (models, weight_type, model_args) = models::resolve(&cli, &mut warnings)?;
+        let models = models::resolve(&cli, &mut warnings)?;
         let vae_tiling = tiling::resolve(&cli.vae, &mut warnings)?;
         let runtime = runtime::resolve(&cli)?;
         let output = output::resolve(&cli, &mut warnings)?;
         let mut cfg = RunConfig {
             mode: cli.mode,
-            models,
-            weight_type,
-            model_args,
+            models: models.files,
+            weight_type: models.weight_type,
+            model_args: models.model_args,
+            prediction: models.prediction,
             prompt: gen.prompt,
             negative_prompt: gen.negative_prompt,
             width: gen.width,

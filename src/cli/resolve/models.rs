@@ -4,11 +4,17 @@ use crate::cli::args::Cli;
 use crate::cli::error::{invalid, CliError};
 use crate::dtype::DType;
 use crate::pipeline::{ModelArgs, ModelFiles};
+use crate::sampling::Prediction;
 
-pub(super) fn resolve(
-    cli: &Cli,
-    warnings: &mut Vec<String>,
-) -> Result<(ModelFiles, Option<DType>, ModelArgs), CliError> {
+/// The model files and how to read them.
+pub(super) struct Models {
+    pub files: ModelFiles,
+    pub weight_type: Option<DType>,
+    pub model_args: ModelArgs,
+    pub prediction: Option<Prediction>,
+}
+
+pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Models, CliError> {
     let m = &cli.model;
     // `--type` takes ggml's spelling exactly (`q4_K`, not `Q4_K`), as upstream.
     let weight_type = match &m.weight_type {
@@ -26,6 +32,18 @@ pub(super) fn resolve(
                     )
                 })?,
         ),
+    };
+    // clap limits the spellings to upstream's; the flow kinds of families this build does not
+    // run have no parameterisation here.
+    let prediction = match &m.prediction {
+        None => None,
+        Some(p) => Some(p.parse::<Prediction>().map_err(|_| {
+            invalid(
+                "--prediction",
+                p,
+                "no model family of this build uses that prediction type",
+            )
+        })?),
     };
     let (model_args, w) = ModelArgs::parse(&m.model_args.join(","));
     warnings.extend(w);
@@ -48,5 +66,10 @@ pub(super) fn resolve(
         embd_dir: m.embd_dir.clone(),
         lora_model_dir: m.lora_model_dir.clone(),
     };
-    Ok((files, weight_type, model_args))
+    Ok(Models {
+        files,
+        weight_type,
+        model_args,
+        prediction,
+    })
 }

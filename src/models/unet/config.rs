@@ -12,10 +12,11 @@ const ORIGIN: &str = "UNet weights";
 /// GroupNorm groups of every released SD UNet (LDM's `GroupNorm32`).
 pub const DEFAULT_NORM_GROUPS: usize = 32;
 
-/// Epsilon of the resnet and output GroupNorms. stable-diffusion.cpp's `GroupNorm32` uses
-/// 1e-6 everywhere; diffusers (and LDM) use 1e-5 there and 1e-6 only in the transformers'
-/// input norm. Upstream is the spec.
-pub const DEFAULT_NORM_EPS: f32 = 1e-6;
+/// Epsilon of the resnet and output GroupNorms: diffusers' and LDM's 1e-5 (1e-6 only in the
+/// transformers' input norm). stable-diffusion.cpp uses 1e-6 everywhere, a difference of
+/// numerical noise rather than behaviour; the reference the images are checked against is
+/// diffusers.
+pub const DEFAULT_NORM_EPS: f32 = 1e-5;
 
 /// Heads per transformer of a UNet whose transformers project with 1×1 convs (SD1.x), by
 /// upstream's rule (`num_heads = 8`).
@@ -52,7 +53,7 @@ fn bad_json(key: &str, reason: String) -> RunnerError {
 impl UNetHparams {
     /// Reads `num_attention_heads` (when set) or `attention_head_dim` (an int or a per-level
     /// list; for `UNet2DConditionModel` both count heads) and `norm_num_groups` from a
-    /// diffusers `config.json`. `norm_eps` is not read: upstream uses its own (1e-6).
+    /// diffusers `config.json`, and `norm_eps`.
     pub fn from_diffusers_config(config: &Value) -> Result<Self, RunnerError> {
         let heads_key = ["num_attention_heads", "attention_head_dim"]
             .into_iter()
@@ -80,11 +81,20 @@ impl UNetHparams {
                     bad_json("norm_num_groups", format!("{v} is not a group count"))
                 })? as usize),
             };
+        let norm_eps = match config.get("norm_eps") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_f64()
+                    .filter(|e| e.is_finite() && *e > 0.0)
+                    .ok_or_else(|| bad_json("norm_eps", format!("{v} is not a positive epsilon")))?
+                    as f32,
+            ),
+        };
         Ok(Self {
             heads,
             head_dim: None,
             norm_groups,
-            norm_eps: None,
+            norm_eps,
         })
     }
 

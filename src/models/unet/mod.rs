@@ -10,10 +10,11 @@
 //! context.
 //!
 //! Both checkpoint layouts load ([`UNetLayout`]); the structure comes from the tensors present
-//! ([`UNetConfig::detect`]). Where stable-diffusion.cpp and diffusers differ, this follows
-//! upstream: resnet and output GroupNorms use eps 1e-6 (diffusers 1e-5) and the GEGLU uses the
-//! tanh GELU (diffusers: erf). Upstream requires latent sizes that halve evenly at every level;
-//! other sizes follow diffusers' `upsample_size` (each up-sampler resizes to its skip tensor).
+//! ([`UNetConfig::detect`]). The arithmetic is diffusers': resnet and output GroupNorms with eps
+//! 1e-5 (`norm_eps`), the exact (erf) GELU in the GEGLU; stable-diffusion.cpp's kernels use
+//! 1e-6 and the tanh GELU, differences at the level of rounding. Upstream requires latent sizes
+//! that halve evenly at every level; other sizes follow diffusers' `upsample_size` (each
+//! up-sampler resizes to its skip tensor).
 
 mod blocks;
 mod conditioning;

@@ -94,7 +94,7 @@ impl TransformerBlock {
         let h = self.norm2.forward(g, x);
         let x = g.add(x, self.attn2.forward(g, h, context));
         let h = self.norm3.forward(g, x);
-        let h = nn::geglu_tanh(g, self.ff_in.forward(g, h));
+        let h = nn::geglu(g, self.ff_in.forward(g, h));
         g.add(x, self.ff_out.forward(g, h))
     }
 }

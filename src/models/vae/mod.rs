@@ -3,6 +3,7 @@
 
 pub mod autoencoder_kl;
 pub mod qwen_image_2_1_vae;
+pub mod taesd;
 pub mod tiling;
 
 use crate::ggml::Tensor;

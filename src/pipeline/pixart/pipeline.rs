@@ -205,7 +205,7 @@ impl PixArtPipeline {
             vae,
             max_tokens,
             schedule: linear_beta_schedule()?,
-            prediction: PixArtFamily.defaults().prediction,
+            prediction: ctx.prediction.unwrap_or(PixArtFamily.defaults().prediction),
             batch: None,
         })
     }

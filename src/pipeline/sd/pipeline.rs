@@ -1,0 +1,597 @@
+//! The SD1/SD2/SDXL pipeline: loading the UNet, the text encoders and the VAE, and text-to-image
+//! / img2img.
+//!
+//! Matches diffusers' `StableDiffusionPipeline` / `StableDiffusionXLPipeline` with an
+//! Euler-family scheduler on the scaled-linear DDPM table (k-diffusion form as upstream: latent
+//! `noise · σ_max`, model input `x / sqrt(σ² + 1)` at timestep t(σ)), with upstream's text
+//! conditioning (see [`super::conditioner`]).
+
+use std::time::Instant;
+
+use super::conditioner::{Condition, SdConditioner, TextEncoder};
+use super::embeddings::CustomEmbeddings;
+use super::prediction::{self, CheckpointExtras, Source};
+use super::variant::{self, SdVersion};
+use super::{CLIP, CLIP_G, CLIP_L_XL, DIFFUSION, TAESD, VAE};
+use crate::error::{Error, Result};
+use crate::image_io::resize_bilinear;
+use crate::models::te::clip::{ClipActivation, ClipConfig, ClipHparams, ClipSource, ClipTextModel};
+use crate::models::unet::{refiner_time_ids, sdxl_time_ids, UNet, UNetConfig, UNetHparams};
+use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
+use crate::models::vae::taesd::Taesd;
+use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
+use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
+use crate::pipeline::vae::{LatentNorm, VaeStage};
+use crate::progress::Progress;
+use crate::runner::{Loaded, Runner, StoreSource};
+use crate::sampling::{
+    GuidedDenoiser, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions,
+};
+use crate::tensor::HostTensor;
+use crate::tokenizers::clip::ClipTokenizer;
+
+/// diffusers' SDXL refiner aesthetic scores (prompt / negative prompt); upstream has no
+/// refiner conditioning.
+const REFINER_AESTHETIC: (f32, f32) = (6.0, 2.5);
+
+pub struct SdPipeline {
+    version: SdVersion,
+    text: SdConditioner,
+    unet: Loaded<UNet>,
+    vae: VaeStage,
+    schedule: ModelSchedule,
+    prediction: Prediction,
+    /// The batch's size and init-image latent (set by `prepare`).
+    batch: Option<Prepared>,
+}
+
+/// One CLIP text encoder from its store.
+fn load_clip(
+    files: &ComponentStore,
+    id: ComponentId,
+    ctx: &LoadContext<'_>,
+    act: ClipActivation,
+) -> Result<(Loaded<ClipTextModel>, bool)> {
+    let src = ClipSource::new(&files.store, id.prefix());
+    let openclip = src.layout().is_openclip();
+    let mut hp = ClipHparams::new(act).with_openclip_layout(openclip);
+    if let Some(cfg) = files.config() {
+        hp = hp.with_config_json(cfg)?;
+    }
+    let opts = ctx.load_options(id, true)?;
+    let name = if id == ComponentId::ClipG {
+        "clip_g"
+    } else {
+        "clip"
+    };
+    let clip = Runner::load(name, &src, opts, |wb| -> Result<ClipTextModel> {
+        let config = ClipConfig::detect(wb, &hp)?;
+        log::debug!("{name}: {config:?}");
+        Ok(ClipTextModel::new(wb, config)?)
+    })?;
+    Ok((clip, openclip))
+}
+
+/// The layers an encoder runs for `--clip-skip` (or the version's default). diffusers converts
+/// SD2's OpenCLIP-H without its last layer (its pipeline reads the last hidden state), so a
+/// transformers-layout SD2 encoder counts the skip as if that layer were still there: the
+/// default (penultimate) is then its last layer, the same layer a single file runs to.
+fn encoder_layers(
+    total: usize,
+    version: SdVersion,
+    clip_skip: Option<u32>,
+    openclip: bool,
+) -> Result<usize> {
+    let skip = clip_skip.unwrap_or_else(|| version.default_clip_skip());
+    let layers = if version == SdVersion::Sd2 && !openclip {
+        SdConditioner::layers_for(total + 1, skip).min(total)
+    } else {
+        SdConditioner::layers_for(total, skip)
+    };
+    if layers == 0 {
+        return Err(Error::Flag {
+            flag: "--clip-skip".into(),
+            reason: format!("{skip} skips every layer of a {total}-layer text encoder"),
+        });
+    }
+    Ok(layers)
+}
+
+/// The VAE stage: TAESD when `--taesd` was given (it reads the diffusion model's latents as
+/// they are), else the AutoencoderKL with the version's latent scale. Convolutions keep the
+/// file's float type (`--type` does not apply).
+fn load_vae(files: &ComponentFiles, ctx: &LoadContext<'_>, version: SdVersion) -> Result<VaeStage> {
+    let need_encoder = ctx.needs.encoder;
+    if let Some(tae) = files.get(TAESD.id).filter(|s| !s.is_empty()) {
+        let src = StoreSource::new(&tae.store, ComponentId::Taesd.prefix());
+        let opts = ctx.load_options(ComponentId::Taesd, false)?;
+        let tae = Runner::load("taesd", &src, opts, |wb| -> Result<Taesd> {
+            Ok(Taesd::new(wb, need_encoder)?)
+        })?;
+        return Ok(VaeStage::new(
+            tae,
+            LatentNorm::Scale {
+                scale: 1.0,
+                shift: 0.0,
+            },
+        ));
+    }
+    let vae_files = files.get(VAE.id).filter(|s| !s.is_empty()).ok_or_else(|| {
+        Error::Unsupported(
+            "Stable Diffusion needs a VAE: none was found in the model files (pass --vae, \
+                 or --taesd)"
+                .into(),
+        )
+    })?;
+    let src = StoreSource::new(&vae_files.store, ComponentId::Vae.prefix());
+    let opts = ctx.load_options(ComponentId::Vae, false)?;
+    let vae = Runner::load("vae", &src, opts, |wb| -> Result<AutoencoderKl> {
+        let mut config = AutoencoderKlConfig::detect(wb)?;
+        if need_encoder && !config.encoder {
+            return Err(Error::Unsupported(
+                "--init-img needs a VAE with an encoder, but the VAE file has only a decoder"
+                    .into(),
+            ));
+        }
+        config.encoder = need_encoder;
+        Ok(AutoencoderKl::new(wb, config)?)
+    })?;
+    Ok(VaeStage::new(
+        vae,
+        LatentNorm::Scale {
+            scale: version.vae_scale(),
+            shift: 0.0,
+        },
+    ))
+}
+
+impl SdPipeline {
+    pub fn load(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Self> {
+        let unet_files = files.require(&DIFFUSION)?;
+        let version = variant::detect(unet_files).ok_or_else(|| {
+            Error::Unsupported("the diffusion model is not a Stable Diffusion UNet".into())
+        })?;
+        let extras = match unet_files.path.is_file() {
+            true => prediction::checkpoint_extras(&unet_files.path)?,
+            false => CheckpointExtras::default(),
+        };
+        let tokenizer = ClipTokenizer::new()?;
+        let mut bar = Progress::new("loading model", 3);
+
+        // Text encoders.
+        let (first, big_g) = if version == SdVersion::Sdxl {
+            let g_files = files.require(&CLIP_G)?;
+            let (g, g_openclip) =
+                load_clip(g_files, ComponentId::ClipG, ctx, ClipActivation::Gelu)?;
+            let g_layers =
+                encoder_layers(g.model.config().layers, version, ctx.clip_skip, g_openclip)?;
+            let first = match files.get(CLIP_L_XL.id).filter(|s| !s.is_empty()) {
+                Some(l_files) => {
+                    let (l, l_openclip) =
+                        load_clip(l_files, ComponentId::ClipL, ctx, ClipActivation::QuickGelu)?;
+                    let layers = encoder_layers(
+                        l.model.config().layers,
+                        version,
+                        ctx.clip_skip,
+                        l_openclip,
+                    )?;
+                    Some(TextEncoder {
+                        clip: l,
+                        layers,
+                        final_norm: false,
+                    })
+                }
+                None => None,
+            };
+            let g = TextEncoder {
+                clip: g,
+                layers: g_layers,
+                final_norm: false,
+            };
+            (first, Some(g))
+        } else {
+            let act = match version {
+                SdVersion::Sd1 => ClipActivation::QuickGelu,
+                _ => ClipActivation::Gelu,
+            };
+            let (clip, openclip) = load_clip(files.require(&CLIP)?, ComponentId::ClipL, ctx, act)?;
+            let layers =
+                encoder_layers(clip.model.config().layers, version, ctx.clip_skip, openclip)?;
+            (
+                Some(TextEncoder {
+                    clip,
+                    layers,
+                    final_norm: true,
+                }),
+                None,
+            )
+        };
+        let widths = [
+            first.as_ref().map_or(0, |e| e.clip.model.config().hidden),
+            big_g.as_ref().map_or(0, |e| e.clip.model.config().hidden),
+        ];
+        let embeddings = match ctx.embd_dir {
+            Some(dir) => CustomEmbeddings::load(dir, widths)?,
+            None => CustomEmbeddings::default(),
+        };
+        let text = SdConditioner::new(version, tokenizer, first, big_g, &embeddings)?;
+        bar.tick();
+
+        // UNet: heads from a diffusers config.json, else upstream's rules.
+        let hparams = match unet_files.config() {
+            Some(cfg) => UNetHparams::from_diffusers_config(cfg)?,
+            None => UNetHparams::default(),
+        };
+        let root = unet_files.root(ComponentId::Diffusion);
+        let src = StoreSource::new(&unet_files.store, &root);
+        let opts = ctx.load_options(ComponentId::Diffusion, true)?;
+        let unet = Runner::load("unet", &src, opts, |wb| -> Result<UNet> {
+            let config = UNetConfig::detect(wb, &hparams)?;
+            log::debug!("unet: {config:?}");
+            Ok(UNet::new(wb, config)?)
+        })?;
+        let want = text.context_width();
+        let have = unet.model.config().context_dim;
+        if want != have {
+            return Err(Error::Unsupported(format!(
+                "the text encoders give {want}-wide context but the UNet cross-attends to {have} \
+                 (mismatched text encoder and UNet files?)"
+            )));
+        }
+        bar.tick();
+
+        let vae = load_vae(files, ctx, version)?;
+        bar.tick();
+
+        let mut pipe = Self {
+            version,
+            text,
+            unet,
+            vae,
+            schedule: ModelSchedule::sd_discrete(),
+            prediction: Prediction::Eps,
+            batch: None,
+        };
+        let (prediction, source) =
+            match prediction::decide(ctx.prediction, version, &unet_files.path, &extras) {
+                Some(p) => p,
+                None => {
+                    let v = prediction::sd2_probe_says_v(&pipe.sd2_probe()?);
+                    let p = if v { Prediction::V } else { Prediction::Eps };
+                    (p, Source::Sd2Probe)
+                }
+            };
+        log::debug!("{version:?}: {prediction} prediction ({source:?})");
+        pipe.prediction = prediction;
+        pipe.schedule = prediction::schedule(prediction, &extras)?;
+        Ok(pipe)
+    }
+
+    pub fn version(&self) -> SdVersion {
+        self.version
+    }
+
+    pub fn prediction(&self) -> Prediction {
+        self.prediction
+    }
+
+    pub fn schedule(&self) -> &ModelSchedule {
+        &self.schedule
+    }
+
+    pub fn conditioner(&self) -> &SdConditioner {
+        &self.text
+    }
+
+    /// VAE downscale × the UNet's: image sizes must be multiples of this (64 for real models).
+    pub fn size_multiple(&self) -> usize {
+        self.vae.scale_factor() * self.unet.model.config().downscale_factor()
+    }
+
+    /// Upstream's SD2 v-prediction probe: the UNet on x = 0.5 ([8, 8, C, 1]), a two-token
+    /// context of 0.5, t = 999.
+    fn sd2_probe(&self) -> Result<Vec<f32>> {
+        let c = self.unet.model.config();
+        let x = HostTensor::new([8, 8, c.in_channels, 1], vec![0.5; 64 * c.in_channels])
+            .ok_or_else(|| Error::Unsupported("probe shape".into()))?;
+        let ctx = HostTensor::new([c.context_dim, 2, 1, 1], vec![0.5; c.context_dim * 2])
+            .ok_or_else(|| Error::Unsupported("probe shape".into()))?;
+        self.predict(&x.data, (8, 8, c.in_channels), 999.0, &[&ctx], None)
+    }
+
+    /// The UNet's prediction for one latent `x` ([w, h, c]) under each context (batched).
+    fn predict(
+        &self,
+        x: &[f32],
+        lat: (usize, usize, usize),
+        t: f32,
+        contexts: &[&HostTensor],
+        y: Option<&[f32]>,
+    ) -> Result<Vec<f32>> {
+        let batch = contexts.len();
+        let (w, h, c) = lat;
+        let x_ne = [w, h, c, batch];
+        let (d, n) = (contexts[0].ne[0], contexts[0].ne[1]);
+        let ctx_ne = [d, n, batch, 1];
+        let mut ctx_data = Vec::with_capacity(d * n * batch);
+        for ctx in contexts {
+            ctx_data.extend_from_slice(&ctx.data);
+        }
+        let mut xin = Vec::with_capacity(x.len() * batch);
+        for _ in 0..batch {
+            xin.extend_from_slice(x);
+        }
+        let unet = &self.unet.model;
+        let y_ne = y.map(|y| [y.len() / batch, batch, 1, 1]);
+        unet.check_inputs(x_ne, batch, ctx_ne, y_ne)?;
+        let out = self.unet.runner.compute(|g| {
+            let x = g.input_f32("unet.x", x_ne, xin.clone());
+            let t = g.input_f32("unet.t", [batch, 1, 1, 1], vec![t; batch]);
+            let context = g.input_f32("unet.context", ctx_ne, ctx_data.clone());
+            let y = y
+                .zip(y_ne)
+                .map(|(y, ne)| g.input_f32("unet.y", ne, y.to_vec()));
+            vec![unet.forward(g, x, t, context, y)]
+        })?;
+        Ok(out.into_iter().next().map(|t| t.data).unwrap_or_default())
+    }
+
+    /// SDXL's vector conditioning for a prompt's pooled embedding at `size` (w, h).
+    fn adm(
+        &self,
+        pooled: Option<&[f32]>,
+        size: (usize, usize),
+        negative: bool,
+    ) -> Result<Option<Vec<f32>>> {
+        let c = self.unet.model.config();
+        if c.adm_in_channels.is_none() {
+            return Ok(None);
+        }
+        let pooled = pooled.ok_or_else(|| {
+            Error::Unsupported("this UNet needs a pooled text embedding (SDXL)".into())
+        })?;
+        let (w, h) = (size.0 as f32, size.1 as f32);
+        // The refiner (bigG alone) takes an aesthetic score instead of the target size.
+        let time_ids: Vec<f32> = if self.text.has_clip_l() {
+            sdxl_time_ids((h, w), (0.0, 0.0), (h, w)).to_vec()
+        } else {
+            let score = if negative {
+                REFINER_AESTHETIC.1
+            } else {
+                REFINER_AESTHETIC.0
+            };
+            refiner_time_ids((h, w), (0.0, 0.0), score).to_vec()
+        };
+        Ok(Some(c.adm_vector(pooled, &time_ids)?))
+    }
+
+    /// Conditions of a request: the prompt's, and with CFG the negative prompt's (SDXL's
+    /// empty negative prompt zeroes its context, as upstream).
+    pub fn conditions(
+        &self,
+        prompt: &str,
+        negative: &str,
+        cfg: bool,
+    ) -> Result<(Condition, Option<Condition>)> {
+        let cond = self.text.encode(prompt, false)?;
+        let uncond = if cfg {
+            let zero = self.version == SdVersion::Sdxl
+                && negative.is_empty()
+                && self.prediction != Prediction::EdmV;
+            Some(self.text.encode(negative, zero)?)
+        } else {
+            None
+        };
+        Ok((cond, uncond))
+    }
+
+    /// Runs conditioning and sampling; returns the final latent divided by the VAE scaling
+    /// factor (what the VAE decodes), [w, h, C].
+    pub fn sample(&self, req: SdRequest<'_>) -> Result<HostTensor> {
+        crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
+        let t0 = Instant::now();
+        let (cond, uncond) =
+            self.conditions(req.prompt, req.negative_prompt, req.guidance.needs_uncond())?;
+        let size = (req.width, req.height);
+        let y_cond = self.adm(cond.pooled.as_deref(), size, false)?;
+        let y_uncond = match &uncond {
+            Some(u) => self.adm(u.pooled.as_deref(), size, true)?,
+            None => None,
+        };
+        let condition_secs = t0.elapsed().as_secs_f64();
+
+        let lat_c = self.unet.model.config().in_channels;
+        let scale = self.vae.scale_factor();
+        let (lw, lh) = (req.width / scale, req.height / scale);
+        let n = lw * lh * lat_c;
+        let mut sigmas = req.plan.sigmas(&self.schedule)?;
+        let noise = req.noise_rng.randn(n);
+        let start = match req.init {
+            None => vec![0.0; n],
+            Some((latent, strength)) => {
+                if latent.data.len() != n {
+                    return Err(Error::Unsupported(format!(
+                        "init image latent is {}x{}x{}, expected {lw}x{lh}x{lat_c}",
+                        latent.width(),
+                        latent.height(),
+                        latent.channels()
+                    )));
+                }
+                sigmas = crate::pipeline::img2img_sigmas(&sigmas, strength);
+                latent.data.clone()
+            }
+        };
+        let x0 = self.schedule.noise_scaling(sigmas[0], &noise, &start)?;
+
+        let t1 = Instant::now();
+        let steps = sigmas.len().saturating_sub(1);
+        let mut progress = Progress::new("sampling", steps);
+        let mut on_step = |s| progress.set(s);
+        let mut denoiser = GuidedDenoiser {
+            model: UNetModel {
+                pipe: self,
+                cond: (&cond.context, y_cond.as_deref()),
+                uncond: uncond.as_ref().map(|u| (&u.context, y_uncond.as_deref())),
+                lat: (lw, lh, lat_c),
+            },
+            prediction: self.prediction,
+            schedule: &self.schedule,
+            guidance: req.guidance,
+            on_step: &mut on_step,
+        };
+        let latent = req
+            .plan
+            .run(&self.schedule, &mut denoiser, x0, &sigmas, req.sampler_rng)?;
+        let mib = |b: usize| b as f64 / 1048576.0;
+        let unet = &self.unet.runner;
+        log::debug!(
+            "{:?}: condition {:.2}s, sampling {:.2}s ({steps} steps); memory: UNet weights {:.1} MiB + {:.1} MiB compute",
+            self.version,
+            condition_secs,
+            t1.elapsed().as_secs_f64(),
+            mib(unet.weights().map_or(0, |w| w.bytes())),
+            mib(unet.last_compute_bytes()),
+        );
+        self.vae
+            .norm
+            .to_vae(&HostTensor::image(lw, lh, lat_c, latent)?)
+    }
+
+    /// Encodes an image in [0, 1] ([W, H, 3]) to the scaled latent sampling starts from.
+    pub fn encode_image(
+        &self,
+        image: &HostTensor,
+        tiling: Option<&crate::models::vae::tiling::TileSettings>,
+    ) -> Result<HostTensor> {
+        let x = image.clone().map(|v| v * 2.0 - 1.0);
+        self.vae.encode(&x, tiling)
+    }
+
+    /// Decodes a latent (already divided by the scaling factor) to an image in [0, 1].
+    pub fn decode(
+        &self,
+        z: &HostTensor,
+        tiling: Option<&crate::models::vae::tiling::TileSettings>,
+    ) -> Result<HostTensor> {
+        self.vae.decode_vae_latent(z, tiling)
+    }
+}
+
+/// One image request.
+pub struct SdRequest<'a> {
+    pub prompt: &'a str,
+    pub negative_prompt: &'a str,
+    pub width: usize,
+    pub height: usize,
+    pub guidance: crate::sampling::Guidance,
+    pub plan: &'a crate::sampling::SamplingPlan,
+    pub noise_rng: &'a mut dyn crate::rng::Rng,
+    pub sampler_rng: &'a mut dyn crate::rng::Rng,
+    /// img2img: the encoded init image (scaled latent, [w, h, C]) and `--strength`.
+    pub init: Option<(&'a HostTensor, f32)>,
+}
+
+/// The UNet as the guided denoiser's model: cond and uncond in one batch when their contexts
+/// have the same length (one call each otherwise: a context cannot be padded).
+struct UNetModel<'a> {
+    pipe: &'a SdPipeline,
+    cond: (&'a HostTensor, Option<&'a [f32]>),
+    uncond: Option<(&'a HostTensor, Option<&'a [f32]>)>,
+    lat: (usize, usize, usize),
+}
+
+impl GuidedModel for UNetModel<'_> {
+    fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
+        let run = |contexts: &[&HostTensor], y: Option<Vec<f32>>| {
+            self.pipe
+                .predict(call.x, self.lat, call.t, contexts, y.as_deref())
+                .map_err(|e| format!("{e:#}"))
+        };
+        let n = call.x.len();
+        let (cond_ctx, cond_y) = self.cond;
+        let uncond = self.uncond.filter(|_| call.needs.uncond);
+        if call.needs.uncond && uncond.is_none() {
+            return Err("the unconditional prediction was asked without a negative prompt".into());
+        }
+        let (cond, uncond) = match uncond {
+            Some((u_ctx, u_y)) if u_ctx.ne[1] == cond_ctx.ne[1] => {
+                let y = cond_y.zip(u_y).map(|(c, u)| [c, u].concat());
+                let out = run(&[cond_ctx, u_ctx], y)?;
+                if out.len() != 2 * n {
+                    return Err(format!(
+                        "the UNet returned {} values for 2 x {n}",
+                        out.len()
+                    ));
+                }
+                (out[..n].to_vec(), Some(out[n..].to_vec()))
+            }
+            Some((u_ctx, u_y)) => (
+                run(&[cond_ctx], cond_y.map(<[f32]>::to_vec))?,
+                Some(run(&[u_ctx], u_y.map(<[f32]>::to_vec))?),
+            ),
+            None => (run(&[cond_ctx], cond_y.map(<[f32]>::to_vec))?, None),
+        };
+        Ok(Predictions {
+            cond,
+            uncond,
+            img_uncond: None,
+        })
+    }
+}
+
+impl Generator for SdPipeline {
+    fn size_rule(&self) -> SizeRule {
+        SizeRule {
+            multiple: self.size_multiple() as u32,
+            round_up: true,
+            refs_set_size: false,
+        }
+    }
+
+    fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
+        if !batch.refs.is_empty() {
+            return Err(Error::Unsupported(
+                "Stable Diffusion does not take reference images (-r); use --init-img for img2img"
+                    .into(),
+            ));
+        }
+        let (w, h) = (batch.width, batch.height);
+        let init = match batch.init {
+            Some(img) => {
+                let img = resize_bilinear(&img.to_rgb(), w as u32, h as u32);
+                let f = HostTensor::from_u8_interleaved(w, h, 3, 3, &img.data);
+                let t = Instant::now();
+                let z = self.encode_image(&f, batch.tiling)?;
+                log::debug!("init image encoded in {:.2}s", t.elapsed().as_secs_f64());
+                Some(z)
+            }
+            None => None,
+        };
+        self.batch = Some(Prepared {
+            width: w,
+            height: h,
+            init,
+            extra: (),
+        });
+        Ok(())
+    }
+
+    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
+        let batch = Prepared::get(&self.batch)?;
+        let z = self.sample(SdRequest {
+            prompt: job.prompt,
+            negative_prompt: job.negative_prompt,
+            width: batch.width,
+            height: batch.height,
+            guidance: job.guidance,
+            plan: job.plan,
+            noise_rng: job.noise_rng,
+            sampler_rng: job.sampler_rng,
+            init: batch.init.as_ref().map(|z| (z, job.strength)),
+        })?;
+        let t = Instant::now();
+        let image = self.decode(&z, job.tiling)?;
+        log::debug!("decode {:.2}s", t.elapsed().as_secs_f64());
+        Ok(image)
+    }
+}
