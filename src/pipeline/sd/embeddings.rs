@@ -52,7 +52,8 @@ impl CustomEmbeddings {
             let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
                 continue;
             };
-            match out.add(path.as_path(), &name.to_lowercase(), widths) {
+            // ASCII only, as upstream's `tolower` on bytes and the prompt's normalisation.
+            match out.add(path.as_path(), &name.to_ascii_lowercase(), widths) {
                 Ok(true) => {}
                 Ok(false) => log::warn!(
                     "embedding {}: no vector of width {} or {}; skipped",
@@ -99,6 +100,7 @@ impl CustomEmbeddings {
             (Some((a, _)), _) | (None, Some((a, _))) => *a,
             (None, None) => return Ok(false),
         };
+        self.remove(name);
         for (k, f) in found.into_iter().enumerate() {
             match f {
                 Some((_, v)) => self.rows[k].extend(v),
@@ -136,6 +138,23 @@ impl CustomEmbeddings {
             }
         }
         Ok((words, rows))
+    }
+
+    /// Drops the entry of a file met earlier whose name is equal after lowercasing: files come
+    /// in byte order, so the later one wins, as in upstream's map of stems (keeping both would
+    /// misalign the rows of the tokenizer's one word for them).
+    fn remove(&mut self, name: &str) {
+        let Some(i) = self.entries.iter().position(|e| e.name == name) else {
+            return;
+        };
+        log::warn!("two embeddings are named {name:?}; the later file (in byte order) is used");
+        let (first, vectors) = (self.first_vector(i), self.entries[i].vectors);
+        let total = self.total_vectors();
+        for rows in &mut self.rows {
+            let width = rows.len() / total;
+            rows.drain(first * width..(first + vectors) * width);
+        }
+        self.entries.remove(i);
     }
 
     fn total_vectors(&self) -> usize {
