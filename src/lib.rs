@@ -15,7 +15,8 @@
 //! - [`runner`]: owns a backend and model weights, builds a graph per call from a pure
 //!   `forward`, allocates, computes, reads outputs back; named cache; graph-cut segments;
 //!   device placement.
-//! - [`weights`]: model files (safetensors, GGUF) → `TensorStore`; name normalisation.
+//! - [`weights`]: model files (safetensors, GGUF, PyTorch checkpoints through a restricted
+//!   unpickler) → `TensorStore`; name normalisation.
 //! - [`ggml`]: the only `unsafe`: bindings, contexts, tensors, ops, graphs, backends, the
 //!   blocked CPU kernels. Leaf types shared by all: [`dtype`] (the one tensor-type table) and
 //!   [`tensor`] (host tensors, the one host image type).

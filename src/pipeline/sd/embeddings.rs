@@ -12,8 +12,12 @@ use crate::error::{Error, Result};
 use crate::tokenizers::clip::CustomWords;
 use crate::weights::TensorStore;
 
-/// File extensions read as embeddings.
-const EXTENSIONS: [&str; 6] = ["safetensors", "pt", "bin", "ckpt", "pth", "gguf"];
+/// File extensions read as embeddings (upstream's list, case-sensitive as upstream).
+const EXTENSIONS: [&str; 4] = ["safetensors", "pt", "ckpt", "gguf"];
+
+/// Largest embedding file read (upstream's buffer for custom embeddings is 100 MiB): a whole
+/// model left in the folder is skipped instead of becoming a huge "embedding".
+const MAX_FILE_BYTES: u64 = 100 << 20;
 
 /// One embedding: its word and how many vectors it stands for.
 #[derive(Clone, Debug)]
@@ -32,18 +36,33 @@ pub struct CustomEmbeddings {
 
 impl CustomEmbeddings {
     /// Reads every embedding in `dir` for encoders of widths `widths` (0 where absent).
+    /// A folder that cannot be listed is a warning (upstream ignores it).
     pub fn load(dir: &Path, widths: [usize; 2]) -> Result<Self> {
-        let listing = std::fs::read_dir(dir).map_err(|e| Error::Flag {
-            flag: "--embd-dir".into(),
-            reason: format!("{}: {e}", dir.display()),
-        })?;
+        let listing = match std::fs::read_dir(dir) {
+            Ok(l) => l,
+            Err(e) => {
+                log::warn!("--embd-dir {}: {e}; no embeddings loaded", dir.display());
+                return Ok(Self::default());
+            }
+        };
         let mut files: Vec<_> = listing
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
-                p.is_file()
-                    && p.extension()
-                        .and_then(|e| e.to_str())
-                        .is_some_and(|e| EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+                p.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| EXTENSIONS.contains(&e))
+            })
+            .filter(|p| match std::fs::metadata(p) {
+                Ok(m) if m.is_file() && m.len() <= MAX_FILE_BYTES => true,
+                Ok(m) if m.is_file() => {
+                    log::warn!(
+                        "embedding {}: {} MiB is too large for an embedding; skipped",
+                        p.display(),
+                        m.len() >> 20
+                    );
+                    false
+                }
+                _ => false,
             })
             .collect();
         files.sort();
