@@ -36,6 +36,39 @@ pub(crate) fn check_size(width: usize, height: usize, multiple: usize) -> crate:
     Ok(())
 }
 
+/// Where sampling starts: fresh noise (drawn first, as upstream, so the RNG stream does not
+/// depend on the mode) scaled to the first sigma, or for img2img (`init`: the init image's
+/// sampler latent and `--strength`) the tail of `sigmas` with the latent noised to its first
+/// sigma. `shape` is the latent's (w, h, channels). Returns (x0, the sigmas to sample along).
+pub(crate) fn start_latent(
+    schedule: &crate::sampling::ModelSchedule,
+    sigmas: Vec<f32>,
+    noise_rng: &mut dyn crate::rng::Rng,
+    shape: (usize, usize, usize),
+    init: Option<(&crate::tensor::HostTensor, f32)>,
+) -> crate::error::Result<(Vec<f32>, Vec<f32>)> {
+    let (w, h, c) = shape;
+    let noise = noise_rng.randn(w * h * c);
+    let (start, sigmas) = match init {
+        None => (vec![0.0; noise.len()], sigmas),
+        Some((latent, strength)) => {
+            if latent.ne != [w, h, c, 1] {
+                return Err(crate::error::Error::Unsupported(format!(
+                    "init image latent is {}x{}x{}, expected {w}x{h}x{c}",
+                    latent.width(),
+                    latent.height(),
+                    latent.channels()
+                )));
+            }
+            (latent.data.clone(), img2img_sigmas(&sigmas, strength))
+        }
+    };
+    let first = *sigmas
+        .first()
+        .ok_or_else(|| crate::error::Error::Unsupported("the sampling schedule is empty".into()))?;
+    Ok((schedule.noise_scaling(first, &noise, &start)?, sigmas))
+}
+
 /// The tail of the schedule img2img samples along (upstream sd-cli's rule): with `strength`
 /// s over n steps, t = min(floor(s·n), n − 1) and sampling runs the last t + 1 steps; s = 1 is
 /// the whole schedule, s = 0 still runs the final step.

@@ -6,11 +6,11 @@ use super::family::Family;
 use super::model_args::{ModelArg, ModelArgSpec};
 use super::pixart::PixArtFamily;
 use super::qwen_image_2_1::QwenImage21Family;
-use super::sd::{SdFamily, SdxlFamily};
+use super::sd::{SD, SDXL};
 use crate::weights::TensorStore;
 
 /// Every family, in detection order.
-pub static FAMILIES: &[&dyn Family] = &[&PixArtFamily, &QwenImage21Family, &SdFamily, &SdxlFamily];
+pub static FAMILIES: &[&dyn Family] = &[&PixArtFamily, &QwenImage21Family, &SD, &SDXL];
 
 /// The family whose diffusion model `diffusion` is.
 pub fn detect(diffusion: &ComponentStore) -> Option<&'static dyn Family> {

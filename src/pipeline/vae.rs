@@ -2,7 +2,10 @@
 //! host tensors, spatially tiled when asked, decode retried with smaller tiles when it does not
 //! fit in memory (`models::vae::tiling`). Every family decodes and encodes through this.
 
+use std::time::Instant;
+
 use crate::error::{Error, Result};
+use crate::image_io::{resize_bilinear, Image};
 use crate::models::vae::qwen_image_2_1_vae::LatentStats;
 use crate::models::vae::tiling::{
     decode_with_retry, plan_tiles, tiled_decode, tiled_encode, TileSettings,
@@ -140,6 +143,24 @@ impl VaeStage {
             .runner
             .compute(|g| vec![self.vae.decode(g, g.input_f32("vae.z", z.ne, data))])?;
         Ok(single(out, "VAE decode")?)
+    }
+
+    /// Encodes an `--init-img` for img2img: resized (bilinear, as upstream) to `width × height`
+    /// RGB, mapped from [0, 1] to [−1, 1], encoded to the sampler latent.
+    pub fn encode_init(
+        &self,
+        image: &Image,
+        width: usize,
+        height: usize,
+        tiling: Option<&TileSettings>,
+    ) -> Result<HostTensor> {
+        let t = Instant::now();
+        let img = resize_bilinear(&image.to_rgb(), width as u32, height as u32);
+        let x =
+            HostTensor::from_u8_interleaved(width, height, 3, 3, &img.data).map(|v| v * 2.0 - 1.0);
+        let z = self.encode(&x, tiling)?;
+        log::debug!("init image encoded in {:.2}s", t.elapsed().as_secs_f64());
+        Ok(z)
     }
 
     /// Encodes an image [W, H, C] in [−1, 1] to the sampler latent (the posterior mean,

@@ -330,24 +330,13 @@ impl QwenImage21Pipeline {
         if plan.schedule_opts.flux == FluxScheduleParams::FLUX {
             plan.schedule_opts.flux = FluxScheduleParams::QWEN_IMAGE_2_1;
         }
-        let mut sigmas = plan.sigmas(&schedule)?;
-        let noise = req.noise_rng.randn(tokens * c);
-        let start = match req.init {
-            None => vec![0.0; noise.len()],
-            Some((latent, strength)) => {
-                if latent.ne != [lw, lh, c, 1] {
-                    return Err(Error::Unsupported(format!(
-                        "init image latent is {}x{}x{}, expected {lw}x{lh}x{c}",
-                        latent.width(),
-                        latent.height(),
-                        latent.channels()
-                    )));
-                }
-                sigmas = crate::pipeline::img2img_sigmas(&sigmas, strength);
-                latent.data.clone()
-            }
-        };
-        let x0 = schedule.noise_scaling(sigmas[0], &noise, &start)?;
+        let (x0, sigmas) = crate::pipeline::start_latent(
+            &schedule,
+            plan.sigmas(&schedule)?,
+            req.noise_rng,
+            (lw, lh, c),
+            req.init,
+        )?;
 
         let t1 = Instant::now();
         let steps = sigmas.len().saturating_sub(1);

@@ -1,6 +1,6 @@
 //! Stable Diffusion 1.x / 2.x and SDXL: CLIP text encoders (+ OpenCLIP bigG for SDXL) → UNet
 //! (eps or v prediction on the DDPM scaled-linear schedule, CFG) → AutoencoderKL (or TAESD).
-//! Two registry entries ([`SdFamily`], [`SdxlFamily`]) over one pipeline ([`SdPipeline`]).
+//! Two registry entries ([`SD`], [`SDXL`]) over one pipeline ([`SdPipeline`]).
 //!
 //! Upstream sd-cli is the spec where it differs from diffusers (REFERENCE-NOTES 26–28, and
 //! docs/sd.md): sizes round up to the UNet's multiple; `--clip-skip`; SDXL's empty negative
@@ -85,68 +85,48 @@ fn no_references(inputs: &InputSummary<'_>) -> Result<()> {
     Ok(())
 }
 
+/// A registry entry: SD 1.x / 2.x, or SDXL (base, refiner, SSD-1B, Vega). One type, two
+/// entries: they differ in what they detect and the text encoders they load.
+pub struct SdFamily {
+    xl: bool,
+}
+
 /// SD 1.x and 2.x.
-pub struct SdFamily;
+pub const SD: SdFamily = SdFamily { xl: false };
+/// SDXL.
+pub const SDXL: SdFamily = SdFamily { xl: true };
 
 impl Family for SdFamily {
     fn id(&self) -> &'static str {
-        "sd"
+        if self.xl {
+            "sdxl"
+        } else {
+            "sd"
+        }
     }
 
     fn name(&self) -> &'static str {
-        "Stable Diffusion 1.x/2.x"
+        if self.xl {
+            "Stable Diffusion XL"
+        } else {
+            "Stable Diffusion 1.x/2.x"
+        }
     }
 
     fn detect(&self, diffusion: &ComponentStore) -> bool {
-        matches!(
-            variant::detect(diffusion),
-            Some(SdVersion::Sd1 | SdVersion::Sd2)
-        )
+        match variant::detect(diffusion) {
+            Some(SdVersion::Sdxl) => self.xl,
+            Some(SdVersion::Sd1 | SdVersion::Sd2) => !self.xl,
+            None => false,
+        }
     }
 
     fn components(&self) -> &'static [ComponentSpec] {
-        &[DIFFUSION, CLIP, VAE, TAESD]
-    }
-
-    fn defaults(&self) -> Defaults {
-        unet_defaults()
-    }
-
-    fn model_args(&self) -> &'static [&'static dyn ModelArgSpec] {
-        &[]
-    }
-
-    fn prompt_template(&self) -> PromptTemplate {
-        PromptTemplate::Raw
-    }
-
-    fn check_inputs(&self, inputs: &InputSummary<'_>) -> Result<()> {
-        no_references(inputs)
-    }
-
-    fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>> {
-        Ok(Box::new(SdPipeline::load(files, ctx)?))
-    }
-}
-
-/// SDXL base and refiner (and the distilled SSD-1B / Vega UNets).
-pub struct SdxlFamily;
-
-impl Family for SdxlFamily {
-    fn id(&self) -> &'static str {
-        "sdxl"
-    }
-
-    fn name(&self) -> &'static str {
-        "Stable Diffusion XL"
-    }
-
-    fn detect(&self, diffusion: &ComponentStore) -> bool {
-        variant::detect(diffusion) == Some(SdVersion::Sdxl)
-    }
-
-    fn components(&self) -> &'static [ComponentSpec] {
-        &[DIFFUSION, CLIP_L_XL, CLIP_G, VAE, TAESD]
+        if self.xl {
+            &[DIFFUSION, CLIP_L_XL, CLIP_G, VAE, TAESD]
+        } else {
+            &[DIFFUSION, CLIP, VAE, TAESD]
+        }
     }
 
     fn defaults(&self) -> Defaults {

@@ -14,7 +14,6 @@ use super::prediction::{self, CheckpointExtras, Source};
 use super::variant::{self, SdVersion};
 use super::{CLIP, CLIP_G, CLIP_L_XL, DIFFUSION, TAESD, VAE};
 use crate::error::{Error, Result};
-use crate::image_io::resize_bilinear;
 use crate::models::te::clip::{ClipActivation, ClipConfig, ClipHparams, ClipSource, ClipTextModel};
 use crate::models::unet::{refiner_time_ids, sdxl_time_ids, UNet, UNetConfig, UNetHparams};
 use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
@@ -403,25 +402,13 @@ impl SdPipeline {
         let lat_c = self.unet.model.config().in_channels;
         let scale = self.vae.scale_factor();
         let (lw, lh) = (req.width / scale, req.height / scale);
-        let n = lw * lh * lat_c;
-        let mut sigmas = req.plan.sigmas(&self.schedule)?;
-        let noise = req.noise_rng.randn(n);
-        let start = match req.init {
-            None => vec![0.0; n],
-            Some((latent, strength)) => {
-                if latent.data.len() != n {
-                    return Err(Error::Unsupported(format!(
-                        "init image latent is {}x{}x{}, expected {lw}x{lh}x{lat_c}",
-                        latent.width(),
-                        latent.height(),
-                        latent.channels()
-                    )));
-                }
-                sigmas = crate::pipeline::img2img_sigmas(&sigmas, strength);
-                latent.data.clone()
-            }
-        };
-        let x0 = self.schedule.noise_scaling(sigmas[0], &noise, &start)?;
+        let (x0, sigmas) = crate::pipeline::start_latent(
+            &self.schedule,
+            req.plan.sigmas(&self.schedule)?,
+            req.noise_rng,
+            (lw, lh, lat_c),
+            req.init,
+        )?;
 
         let t1 = Instant::now();
         let steps = sigmas.len().saturating_sub(1);
@@ -455,16 +442,6 @@ impl SdPipeline {
         self.vae
             .norm
             .to_vae(&HostTensor::image(lw, lh, lat_c, latent)?)
-    }
-
-    /// Encodes an image in [0, 1] ([W, H, 3]) to the scaled latent sampling starts from.
-    pub fn encode_image(
-        &self,
-        image: &HostTensor,
-        tiling: Option<&crate::models::vae::tiling::TileSettings>,
-    ) -> Result<HostTensor> {
-        let x = image.clone().map(|v| v * 2.0 - 1.0);
-        self.vae.encode(&x, tiling)
     }
 
     /// Decodes a latent (already divided by the scaling factor) to an image in [0, 1].
@@ -556,17 +533,10 @@ impl Generator for SdPipeline {
             ));
         }
         let (w, h) = (batch.width, batch.height);
-        let init = match batch.init {
-            Some(img) => {
-                let img = resize_bilinear(&img.to_rgb(), w as u32, h as u32);
-                let f = HostTensor::from_u8_interleaved(w, h, 3, 3, &img.data);
-                let t = Instant::now();
-                let z = self.encode_image(&f, batch.tiling)?;
-                log::debug!("init image encoded in {:.2}s", t.elapsed().as_secs_f64());
-                Some(z)
-            }
-            None => None,
-        };
+        let init = batch
+            .init
+            .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
+            .transpose()?;
         self.batch = Some(Prepared {
             width: w,
             height: h,
