@@ -365,3 +365,22 @@ fn img2img_and_batches_run_and_name_the_model_in_the_metadata() {
     assert!(params.contains("Model: sd1.single"), "{params}");
     assert!(params.contains("Clip skip: 2"), "{params}");
 }
+
+/// `-M convert -m <diffusers pipeline folder>` writes one GGUF with each component under its
+/// prefix; run as a single file it gives the folder's picture.
+#[test]
+fn a_converted_pipeline_folder_runs_as_a_single_file() {
+    let d = dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("sdxl.gguf");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "convert", "-m", s(&d.join("sdxl")), "-o", s(&gguf)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (_, _, want) = reference_png("sd_pipeline/sdxl/reference.safetensors");
+    let got = run(&["-m", s(&gguf)], &[], &tmp.path().join("gguf.png"));
+    let p = psnr(&got, &want);
+    eprintln!("sdxl: converted pipeline folder (GGUF) vs diffusers: PSNR {p:.1} dB");
+    assert!(p >= 60.0, "converted folder: PSNR {p:.1} dB");
+}

@@ -2,6 +2,7 @@
 //! (`sd-cli -M convert -m in.safetensors -o out.gguf --type q8_0`).
 
 use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 
 use super::RunConfig;
 use crate::dtype::DType;
@@ -10,12 +11,17 @@ use crate::ggml::dequantize_rows;
 use crate::runner::convert_f32;
 use crate::weights::{Component, GgufValue, GgufWriter, TensorInfo, TensorStore};
 
-/// The model files of this run with the prefix each goes in under (as upstream's convert).
-fn inputs(cfg: &RunConfig) -> Vec<(&std::path::Path, &'static str)> {
+/// The model files of this run with the prefix each goes in under (as upstream's convert). A
+/// diffusers pipeline folder given as `-m` contributes each component folder under its
+/// component's prefix, so the GGUF reads back as a single-file checkpoint.
+fn inputs(cfg: &RunConfig) -> Result<Vec<(PathBuf, &'static str)>> {
     let m = &cfg.models;
     let mut v = Vec::new();
     if let Some(p) = &m.model {
-        v.push((p.as_path(), ""));
+        match pipeline_components(p)? {
+            Some(parts) => v.extend(parts),
+            None => v.push((p.clone(), "")),
+        }
     }
     let parts = [
         (&m.diffusion_model, Component::Diffusion.prefix()),
@@ -27,10 +33,59 @@ fn inputs(cfg: &RunConfig) -> Vec<(&std::path::Path, &'static str)> {
     ];
     for (path, prefix) in parts {
         if let Some(p) = path {
-            v.push((p.as_path(), prefix));
+            v.push((p.clone(), prefix));
         }
     }
-    v
+    Ok(v)
+}
+
+/// The component folders of a diffusers pipeline folder (one with `model_index.json`) and the
+/// prefix each goes under, by folder and class: the denoiser, the VAE, CLIP text encoders in
+/// upstream's first/second slots, T5 and LLM encoders in theirs. `None` for anything else.
+fn pipeline_components(root: &Path) -> Result<Option<Vec<(PathBuf, &'static str)>>> {
+    let index_path = root.join("model_index.json");
+    if !root.is_dir() || !index_path.is_file() {
+        return Ok(None);
+    }
+    let bad = |reason: String| Error::Model {
+        path: index_path.clone(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&index_path).map_err(|e| bad(e.to_string()))?;
+    let index: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let mut parts = Vec::new();
+    let Some(entries) = index.as_object() else {
+        return Err(bad("not a JSON object".into()));
+    };
+    for (folder, value) in entries {
+        // [library, class]; null classes mark absent components (the SDXL refiner's CLIP-L).
+        let class = value
+            .as_array()
+            .and_then(|a| a.get(1))
+            .and_then(|c| c.as_str())
+            .unwrap_or("");
+        let clip = class.starts_with("CLIPTextModel");
+        let prefix = match folder.as_str() {
+            "unet" | "transformer" => Component::Diffusion.prefix(),
+            "vae" => Component::Vae.prefix(),
+            "text_encoder" if clip => Component::TextEncoder.prefix(),
+            "text_encoder_2" if clip => Component::TextEncoder2.prefix(),
+            "text_encoder" | "text_encoder_2" | "text_encoder_3" if class.starts_with("T5") => {
+                Component::T5.prefix()
+            }
+            "text_encoder" if !class.is_empty() => Component::Llm.prefix(),
+            _ => continue,
+        };
+        let dir = root.join(folder);
+        if dir.is_dir() {
+            parts.push((dir, prefix));
+        }
+    }
+    if parts.is_empty() {
+        return Err(bad("lists no component folder this program can read".into()));
+    }
+    Ok(Some(parts))
 }
 
 /// The type a tensor is written as: `--type` for matrices whose rows split into whole blocks,
@@ -75,9 +130,9 @@ fn tensor_bytes<'s>(store: &'s TensorStore, info: &TensorInfo, to: DType) -> Res
 pub fn run(cfg: &RunConfig) -> Result<()> {
     let wtype = cfg.weight_type;
     let mut store = TensorStore::new();
-    for (path, prefix) in inputs(cfg) {
+    for (path, prefix) in inputs(cfg)? {
         log::info!("loading {}", path.display());
-        store.add_file(path, prefix)?;
+        store.add_file(&path, prefix)?;
     }
     // Convert writes exactly the path given (no image-style extension handling).
     let out = std::path::PathBuf::from(&cfg.output.pattern);
