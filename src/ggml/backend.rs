@@ -192,7 +192,8 @@ impl Backend {
     /// bound (see [`Tensor::check_bound`]); otherwise this returns an error naming the tensor
     /// instead of letting the kernels read freed or missing memory.
     pub fn compute<G: ComputeGraph>(&self, graph: &G) -> Result<(), GgmlError> {
-        for node in graph_nodes(graph) {
+        // Leaves in the node list (a sub-graph's sizing pads) are not computed by ggml.
+        for node in graph_nodes(graph).filter(|n| !n.is_leaf()) {
             node.check_bound()?;
             for src in node.srcs() {
                 src.check_bound()?;

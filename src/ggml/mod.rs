@@ -25,7 +25,7 @@ pub use backend::{
 };
 pub use context::{Context, Tensor};
 pub use error::GgmlError;
-pub use gemm::{blocked_gemm_available, BlockedOp, CpuKernels};
+pub use gemm::{blocked_gemm_available, BlockedOp, ConvGeometry, CpuKernels};
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;
 pub use logging::set_verbose;

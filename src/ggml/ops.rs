@@ -4,6 +4,7 @@
 //! asserts on incompatible shapes, which are programming errors in a model's `forward`.
 
 use super::context::{Context, Ne, Tensor};
+use super::gemm::ConvGeometry;
 use super::sys;
 use crate::dtype::DType;
 
@@ -372,6 +373,75 @@ impl Context {
         // [OW*OH*N, OC] -> [OW, OH, N, OC] -> [OW, OH, OC, N]
         let y = self.reshape(self.mul_mat(col2, kernel_f), [ow, oh, n, oc]);
         self.cont(self.permute(y, [0, 1, 3, 2]))
+    }
+
+    /// 2D convolution by a kernel stored as the matrix [IC·KW·KH, OC], its rows ordered
+    /// channel fastest, then column, then row (so that `--type` can quantize it — a
+    /// [KW, KH, IC, OC] tensor's rows are not whole blocks — and so that each patch is
+    /// KW·KH contiguous copies of a pixel's channels), plus an optional [OC] f32 bias.
+    /// x: [W, H, IC, N] → [OW, OH, OC, N].
+    pub fn conv_2d_matrix<'c>(
+        &'c self,
+        kernel: Tensor<'c>,
+        x: Tensor<'c>,
+        geometry: ConvGeometry,
+        bias: Option<Tensor<'c>>,
+        cpu_kernels: Option<super::CpuKernels>,
+    ) -> Tensor<'c> {
+        if let Some(kernels) = cpu_kernels {
+            if let Some(y) = self.conv_blocked(kernels, kernel, x, geometry, bias) {
+                return y;
+            }
+        }
+        let [k, oc, _, _] = kernel.ne();
+        let (kw, kh) = geometry.kernel;
+        // Elsewhere ggml's conv wants [KW, KH, IC, OC]: quantized rows cannot be split into
+        // channel-long ones, so such a kernel is widened to f32 first.
+        let kernel = if kernel.ty().is_quantized() {
+            self.cast(kernel, DType::F32)
+        } else {
+            kernel
+        };
+        let kernel = self.reshape(kernel, [k / (kw * kh), kw, kh, oc]);
+        let kernel = self.cont(self.permute(kernel, [2, 0, 1, 3]));
+        let params = (geometry.stride, geometry.pad, geometry.dilation);
+        let y = self.conv_2d_on(kernel, x, params, false, None);
+        match bias {
+            Some(b) => self.add(y, self.reshape(b, [1, 1, oc, 1])),
+            None => y,
+        }
+    }
+
+    /// The patch product of [`Context::conv_2d_matrix`] through the blocked CPU kernels, on
+    /// the image turned channel-last, when they take it.
+    fn conv_blocked<'c>(
+        &'c self,
+        kernels: super::CpuKernels,
+        matrix: Tensor<'c>,
+        x: Tensor<'c>,
+        geometry: ConvGeometry,
+        bias: Option<Tensor<'c>>,
+    ) -> Option<Tensor<'c>> {
+        if !super::blocked_gemm_available(matrix.ty()) || x.ty() != DType::F32 {
+            return None;
+        }
+        // [W, H, C, N] -> [C, W, H, N]: a pixel's channels become one contiguous row.
+        let [w, h, c, n] = x.ne();
+        let x = if x.is_contiguous() { x } else { self.cont(x) };
+        let pixels = kernels.transpose(self, self.reshape(x, [w * h, c, n, 1]))?;
+        let pixels = self.reshape(pixels, [c, w, h, n]);
+        let col = if geometry.is_pointwise() {
+            pixels
+        } else {
+            kernels.im2col(self, pixels, geometry)?
+        };
+        let [k, ow, oh, _] = col.ne();
+        let oc = matrix.ne()[1];
+        let col2 = self.reshape(col, [k, ow * oh * n, 1, 1]);
+        // The kernel as the weight, patches as the tokens: [OC, OW, OH, N] out.
+        let y = kernels.linear(self, matrix, col2, bias)?;
+        let y = kernels.transpose(self, self.reshape(y, [oc, ow * oh, n, 1]))?;
+        Some(self.reshape(y, [ow, oh, oc, n]))
     }
 
     /// Resamples to the shape `ne` (2D filters act on ne[0], ne[1]).

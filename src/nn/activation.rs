@@ -32,6 +32,9 @@ pub fn quick_gelu<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
 /// exact (erf) GELU. (stable-diffusion.cpp's ggml kernel uses the tanh form, at most 5e-4 away:
 /// numerical noise, not behaviour; the reference is diffusers.)
 pub fn geglu<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+    if let Some(y) = g.cpu_kernels().and_then(|k| k.geglu(g.ctx(), x)) {
+        return y;
+    }
     let [n0, n1, n2, n3] = x.ne();
     let nb = x.nb();
     let half = n0 / 2;

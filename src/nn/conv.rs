@@ -1,7 +1,8 @@
-use crate::ggml::Tensor;
+use crate::ggml::{ConvGeometry, Tensor};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
-/// PyTorch `nn.Conv2d` (groups = 1); the kernel is [KW, KH, IC, OC] in ggml order.
+/// PyTorch `nn.Conv2d` (groups = 1); the kernel is [KW, KH, IC, OC] in ggml order, or the
+/// matrix [KW·KH·IC, OC] for [`Conv2d::new_matrix`].
 #[derive(Clone, Copy, Debug)]
 pub struct Conv2d {
     pub weight: Param,
@@ -9,6 +10,8 @@ pub struct Conv2d {
     pub out_channels: usize,
     pub stride: usize,
     pub padding: usize,
+    /// Side of the square kernel when `weight` is stored as a matrix.
+    matrix_kernel: Option<usize>,
 }
 
 impl Conv2d {
@@ -37,12 +40,54 @@ impl Conv2d {
             out_channels,
             stride,
             padding,
+            matrix_kernel: None,
+        })
+    }
+
+    /// Like [`Conv2d::new`], with the kernel kept as a matrix, so that `--type` converts it
+    /// like a linear weight and the product runs through the matmul kernels of that type.
+    pub fn new_matrix(
+        wb: &WeightBuilder<'_, '_>,
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+        bias: bool,
+    ) -> Result<Self, RunnerError> {
+        let weight = wb.get(
+            "weight",
+            [kernel * kernel * in_channels, out_channels, 1, 1],
+            Storage::Matrix,
+        )?;
+        let bias = if bias {
+            Some(wb.get("bias", [out_channels, 1, 1, 1], Storage::F32)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            weight,
+            bias,
+            out_channels,
+            stride,
+            padding,
+            matrix_kernel: Some(kernel),
         })
     }
 
     /// x: [W, H, IC, N] → [W', H', OC, N].
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
         let (s, p) = (self.stride, self.padding);
+        if let Some(k) = self.matrix_kernel {
+            let geometry = ConvGeometry {
+                kernel: (k, k),
+                stride: (s, s),
+                pad: (p, p),
+                dilation: (1, 1),
+            };
+            let bias = self.bias.map(|b| g.param(b));
+            return g.conv_2d_matrix(g.param(self.weight), x, geometry, bias);
+        }
         let y = g.conv_2d(g.param(self.weight), x, (s, s), (p, p), (1, 1), false);
         match self.bias {
             Some(b) => {

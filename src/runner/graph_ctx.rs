@@ -126,6 +126,18 @@ impl<'g> GraphCtx<'g> {
             .conv_2d_on(kernel, x, (stride, pad, dilation), direct, self.cpu_kernels)
     }
 
+    /// [`Context::conv_2d_matrix`], through the blocked CPU kernels when they are on.
+    pub fn conv_2d_matrix(
+        &self,
+        kernel: Tensor<'g>,
+        x: Tensor<'g>,
+        geometry: crate::ggml::ConvGeometry,
+        bias: Option<Tensor<'g>>,
+    ) -> Tensor<'g> {
+        self.ctx
+            .conv_2d_matrix(kernel, x, geometry, bias, self.cpu_kernels)
+    }
+
     /// Schedules cache stores into `graph` as they are registered.
     pub(crate) fn with_graph(mut self, graph: &'g Graph<'g>) -> Self {
         self.graph = Some(graph);

@@ -33,6 +33,9 @@ fn key(node: Tensor<'_>) -> String {
             x.ty(),
             x.ne()
         ),
+        (Some(BlockedOp::Im2col), ..) => "BLOCKED_IM2COL".into(),
+        (Some(BlockedOp::Transpose), ..) => "BLOCKED_TRANSPOSE".into(),
+        (Some(BlockedOp::Geglu), ..) => "BLOCKED_GEGLU".into(),
         _ => op,
     }
 }

@@ -31,12 +31,19 @@ pub enum Storage {
     Float,
     /// Small tensors used in element-wise ops (biases, norm scales, embeddings tables): f32.
     F32,
+    /// A convolution kernel declared as the matrix [IC·KW·KH, OC] of
+    /// `Context::conv_2d_matrix` (channel fastest); a file's [KW, KH, IC, OC] kernel is
+    /// reordered into it on loading. Otherwise as [`Storage::Any`].
+    Matrix,
 }
 
 struct Decl {
     name: String,
     ne: Ne,
     ty: DType,
+    /// The file's [KW, KH, IC, OC] shape of a [`Storage::Matrix`] kernel whose rows are
+    /// reordered channel-first on loading.
+    conv_file_ne: Option<Ne>,
 }
 
 /// Collects weight declarations for one model from one source.
@@ -141,7 +148,11 @@ impl<'s> WeightLoader<'s> {
                 key: name.clone(),
                 origin: self.source.describe(),
             })?;
-        if src.ne != want {
+        let flattened = storage == Storage::Matrix
+            && want[2..] == [1, 1]
+            && src.ne[0] * src.ne[1] * src.ne[2] == want[0]
+            && src.ne[3] == want[1];
+        if src.ne != want && !flattened {
             return Err(RunnerError::ShapeMismatch {
                 key: name,
                 origin: src.origin,
@@ -150,8 +161,14 @@ impl<'s> WeightLoader<'s> {
             });
         }
         let ty = choose_type(src.ggml_type, storage, self.wtype, want, src.n_dims);
+        let conv_file_ne = (flattened && src.ne[0] * src.ne[1] > 1).then_some(src.ne);
         let mut decls = self.decls.borrow_mut();
-        decls.push(Decl { name, ne: want, ty });
+        decls.push(Decl {
+            name,
+            ne: want,
+            ty,
+            conv_file_ne,
+        });
         Ok(Param(decls.len() - 1))
     }
 }
@@ -171,7 +188,7 @@ fn choose_type(
             Some(_) => DType::F32,
             None => DType::F16,
         },
-        Storage::Any => {
+        Storage::Any | Storage::Matrix => {
             // `--type` converts only matrices whose rows split into whole blocks.
             if let Some(w) = wtype {
                 if n_dims >= 2 && w.row_bytes(ne[0]).is_some() && w.can_quantize_from_f32() {
@@ -190,7 +207,7 @@ fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usi
             key: d.name.clone(),
             origin: source.describe(),
         })?;
-    if src.ggml_type == Some(d.ty) {
+    if src.ggml_type == Some(d.ty) && d.conv_file_ne.is_none() {
         if src.bytes.len() != t.n_bytes() {
             return Err(RunnerError::BadData {
                 key: d.name.clone(),
@@ -208,11 +225,21 @@ fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usi
         }
         return Ok(src.bytes.len());
     }
-    let values = (src.to_f32)(&src.bytes).map_err(|reason| RunnerError::BadData {
+    let mut values = (src.to_f32)(&src.bytes).map_err(|reason| RunnerError::BadData {
         key: d.name.clone(),
         origin: src.origin.clone(),
         reason,
     })?;
+    if let Some(file_ne) = d.conv_file_ne {
+        if values.len() != file_ne.iter().product::<usize>() {
+            return Err(RunnerError::BadData {
+                key: d.name.clone(),
+                origin: src.origin,
+                reason: format!("{} values for a kernel of shape {file_ne:?}", values.len()),
+            });
+        }
+        values = channels_first_taps(&values, file_ne);
+    }
     let bytes = convert_f32(&values, d.ty, d.ne[0]).map_err(|reason| RunnerError::BadData {
         key: d.name.clone(),
         origin: src.origin,
@@ -223,6 +250,24 @@ fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usi
         source.release(b);
     }
     Ok(bytes.len())
+}
+
+/// A [KW, KH, IC, OC] kernel (ggml order, KW fastest) as the [IC·KW·KH, OC] matrix whose
+/// rows run channel fastest, then column, then row.
+fn channels_first_taps(values: &[f32], [kw, kh, ic, oc]: Ne) -> Vec<f32> {
+    let mut out = vec![0.0; values.len()];
+    for o in 0..oc {
+        for c in 0..ic {
+            for y in 0..kh {
+                for x in 0..kw {
+                    let from = x + kw * (y + kh * (c + ic * o));
+                    let to = c + ic * (x + kw * (y + kh * o));
+                    out[to] = values[from];
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Packs f32 values as `ty` (plain casts for float types, ggml quantization otherwise).

@@ -253,11 +253,14 @@ impl Heads<'_> {
                 // SAFETY: as above; the probability rows hold `n_kv` floats `ld` apart, the
                 // V panel `n_kv * width`; the tile is this head's slice of these output rows.
                 unsafe {
-                    if p.width == NR {
-                        kernels::tile_f32(self.n_kv, s_row.cast_const(), ld, panel, &tile)
-                    } else {
-                        kernels::tile_f32_narrow(self.n_kv, s_row.cast_const(), ld, panel, &tile)
-                    }
+                    kernels::tile_f32_width(
+                        p.width,
+                        self.n_kv,
+                        s_row.cast_const(),
+                        ld,
+                        panel,
+                        &tile,
+                    )
                 };
             }
         }
@@ -280,14 +283,15 @@ impl VPanel {
     }
 }
 
-/// The head's columns as panels of 64, the last one 16 wide when at most 16 columns are
-/// left (PixArt's head size 72 = 64 + 8: 80 lanes of work instead of 128).
+/// The head's columns as panels of 64, the last one only as wide as the 16-lane vectors its
+/// columns need (PixArt's head size 72 = 64 + 16-wide: 80 lanes of work instead of 128;
+/// SD 1.x's 40: one 48-wide panel).
 fn v_panels(hd: usize) -> Vec<VPanel> {
     (0..hd.div_ceil(NR))
         .map(|index| {
             let c0 = index * NR;
             let cols = (hd - c0).min(NR);
-            let width = if cols <= 16 { 16 } else { NR };
+            let width = cols.next_multiple_of(16);
             VPanel {
                 c0,
                 cols,

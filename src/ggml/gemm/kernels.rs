@@ -70,12 +70,13 @@ pub(super) unsafe fn tile_f32(kc: usize, xs: *const f32, ldx: usize, ws: *const 
     unsafe { with_rows!(t.rows, R => rows_f32::<R, 4>(kc, xs, ldx, ws, t)) }
 }
 
-/// Like [`tile_f32`] for at most 16 columns, from a panel 16 wide (`ws` holds `kc * 16`):
-/// the last few columns of attention's V when its head size is not a multiple of 64.
+/// Like [`tile_f32`] from a panel `width` wide (16, 32, 48 or 64; `ws` holds `kc * width`):
+/// attention's V when its head size is not a multiple of 64 (SD 1.x: 40 = one 48-wide panel).
 ///
 /// # Safety
-/// As for [`tile_f32`], with the narrower panel and `t.cols` ≤ 16.
-pub(super) unsafe fn tile_f32_narrow(
+/// As for [`tile_f32`], with the narrower panel and `t.cols` ≤ `width`.
+pub(super) unsafe fn tile_f32_width(
+    width: usize,
     kc: usize,
     xs: *const f32,
     ldx: usize,
@@ -83,7 +84,14 @@ pub(super) unsafe fn tile_f32_narrow(
     t: &Tile,
 ) {
     // SAFETY: the caller's contract, passed on unchanged.
-    unsafe { with_rows!(t.rows, R => rows_f32::<R, 1>(kc, xs, ldx, ws, t)) }
+    unsafe {
+        match width {
+            16 => with_rows!(t.rows, R => rows_f32::<R, 1>(kc, xs, ldx, ws, t)),
+            32 => with_rows!(t.rows, R => rows_f32::<R, 2>(kc, xs, ldx, ws, t)),
+            48 => with_rows!(t.rows, R => rows_f32::<R, 3>(kc, xs, ldx, ws, t)),
+            _ => with_rows!(t.rows, R => rows_f32::<R, 4>(kc, xs, ldx, ws, t)),
+        }
+    }
 }
 
 /// bf16 products over `kc2` k-pairs (`vdpbf16ps`: two products per lane per step); `xs`
@@ -213,7 +221,7 @@ pub(super) unsafe fn store<const R: usize, const V: usize>(acc: &Acc<R, V>, t: &
 /// |r| ≤ ln2/2, e^r by its degree-7 Taylor polynomial (error < 1e-8 relative), scaled by 2^n.
 /// Inputs below −87 (e^x < 2e−38, nothing next to the row's maximum of 1) give exactly 0.
 #[inline(always)]
-unsafe fn exp_nonpositive(x: __m512) -> __m512 {
+pub(super) unsafe fn exp_nonpositive(x: __m512) -> __m512 {
     // SAFETY: register-only arithmetic (the caller has AVX-512F).
     unsafe {
         let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-87.0));

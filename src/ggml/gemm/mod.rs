@@ -22,11 +22,15 @@ mod attention;
 #[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
+mod geglu;
+mod im2col;
+#[cfg(target_arch = "x86_64")]
 mod kernels;
 #[cfg(target_arch = "x86_64")]
 mod pack;
 #[cfg(target_arch = "x86_64")]
 mod q8;
+mod transpose;
 
 use std::os::raw::c_int;
 
@@ -34,6 +38,7 @@ use super::backend::Backend;
 use super::context::{Context, Tensor};
 use super::sys;
 use crate::dtype::DType;
+pub use im2col::ConvGeometry;
 
 /// Tokens per register tile (rows of the output).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -93,6 +98,12 @@ pub enum BlockedOp {
     Linear,
     /// [`CpuKernels::attention`] (sources: q, k, v, mask).
     Attention,
+    /// [`CpuKernels::im2col`] (source: the image).
+    Im2col,
+    /// [`CpuKernels::transpose`] (source: the tensor).
+    Transpose,
+    /// [`CpuKernels::geglu`] (source: the projection).
+    Geglu,
 }
 
 impl BlockedOp {
@@ -111,6 +122,12 @@ impl BlockedOp {
             )
         }?;
         let fun = fun as *const ();
+        if im2col::is_node(fun) {
+            return Some(Self::Im2col);
+        }
+        if transpose::is_node(fun) {
+            return Some(Self::Transpose);
+        }
         #[cfg(target_arch = "x86_64")]
         {
             if fun == driver::compute as *const () {
@@ -118,6 +135,9 @@ impl BlockedOp {
             }
             if fun == attention::compute as *const () {
                 return Some(Self::Attention);
+            }
+            if geglu::is_node(fun) {
+                return Some(Self::Geglu);
             }
         }
         let _ = fun;
@@ -226,6 +246,11 @@ fn op_fn() -> sys::ggml_custom_op_t {
 
 #[cfg(not(target_arch = "x86_64"))]
 impl CpuKernels {
+    /// The fused GEGLU exists on x86-64 only.
+    pub fn geglu<'c>(self, _ctx: &'c Context, _x: Tensor<'c>) -> Option<Tensor<'c>> {
+        None
+    }
+
     /// The blocked attention exists on x86-64 only.
     #[allow(clippy::too_many_arguments)]
     pub fn attention<'c>(

@@ -397,13 +397,17 @@ fn blocked_attention_matches_f64() {
         eprintln!("this CPU lacks AVX-512F; skipped");
         return;
     }
-    // [dim, n_q, n_kv, batch, heads]: PixArt's head size 72 (two V panels, one partial),
+    // [dim, n_q, n_kv, batch, heads]: PixArt's head size 72 (two V panels, one 16 wide),
     // query counts off the 6-row and 48-row blocks, keys off the 16- and 64-lanes.
     for (dims, masked) in [
         ([144, 50, 77, 2, 2], false),
         ([144, 50, 77, 2, 2], true),
         ([60, 13, 130, 1, 3], true),
         ([256, 7, 300, 1, 2], false),
+        // SD 1.x's head size 40 (one 48-wide V panel), and 24 and 100 (32- and 48-wide).
+        ([80, 20, 70, 2, 2], true),
+        ([48, 9, 33, 1, 2], false),
+        ([200, 11, 40, 1, 2], false),
     ] {
         for threads in [1, 3] {
             let (got, want) = run_attention(dims, masked, threads);
@@ -413,6 +417,184 @@ fn blocked_attention_matches_f64() {
                     "{dims:?} masked={masked} threads={threads}: out[{i}] = {g}, reference {w}"
                 );
             }
+        }
+    }
+}
+
+/// A direct f64 convolution: x [W, H, C, N], kernel [KW, KH, C, OC] (ggml order) → [OW, OH,
+/// OC, N].
+fn conv_reference(
+    x: &[f32],
+    [w, h, c, n]: [usize; 4],
+    kernel: &[f32],
+    oc: usize,
+    bias: &[f32],
+    g: super::ConvGeometry,
+) -> (Vec<f64>, [usize; 4]) {
+    let (kw, kh) = g.kernel;
+    let ow = (w + 2 * g.pad.0 - g.dilation.0 * (kw - 1) - 1) / g.stride.0 + 1;
+    let oh = (h + 2 * g.pad.1 - g.dilation.1 * (kh - 1) - 1) / g.stride.1 + 1;
+    let mut out = vec![0.0f64; ow * oh * oc * n];
+    for b in 0..n {
+        for o in 0..oc {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut acc = bias[o] as f64;
+                    for ch in 0..c {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (oy * g.stride.1 + ky * g.dilation.1) as isize
+                                    - g.pad.1 as isize;
+                                let ix = (ox * g.stride.0 + kx * g.dilation.0) as isize
+                                    - g.pad.0 as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                let xv = x[ix as usize + w * (iy as usize + h * (ch + c * b))];
+                                let kv = kernel[kx + kw * (ky + kh * (ch + c * o))];
+                                acc += xv as f64 * kv as f64;
+                            }
+                        }
+                    }
+                    out[ox + ow * (oy + oh * (o + oc * b))] = acc;
+                }
+            }
+        }
+    }
+    (out, [ow, oh, oc, n])
+}
+
+/// `conv_2d_matrix` with and without the blocked kernels against the direct convolution, over
+/// kernels, strides, paddings, dilations and sizes that leave partial tiles everywhere.
+#[test]
+fn matrix_convolutions_match_a_direct_convolution() {
+    use super::ConvGeometry;
+    let cases: &[([usize; 4], usize, ConvGeometry)] = &[
+        ([9, 7, 5, 2], 6, geometry((3, 3), (1, 1), (1, 1), (1, 1))),
+        ([11, 6, 33, 1], 40, geometry((3, 3), (2, 2), (1, 1), (1, 1))),
+        ([8, 8, 4, 1], 3, geometry((1, 1), (1, 1), (0, 0), (1, 1))),
+        ([10, 9, 3, 2], 5, geometry((3, 2), (1, 2), (2, 0), (2, 1))),
+        ([37, 5, 2, 1], 70, geometry((5, 5), (1, 1), (2, 2), (1, 1))),
+    ];
+    for &(xne, oc, g) in cases {
+        let [w, h, c, n] = xne;
+        let (kw, kh) = g.kernel;
+        let x = pseudo_random(w * h * c * n, 21);
+        let kernel = pseudo_random(kw * kh * c * oc, 22);
+        let bias = pseudo_random(oc, 23);
+        // The matrix rows run channel fastest, then kernel column, then kernel row.
+        let mut matrix = vec![0.0f32; kernel.len()];
+        for o in 0..oc {
+            for ch in 0..c {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        matrix[ch + c * (kx + kw * (ky + kh * o))] =
+                            kernel[kx + kw * (ky + kh * (ch + c * o))];
+                    }
+                }
+            }
+        }
+        let (want, out_ne) = conv_reference(&x, xne, &kernel, oc, &bias, g);
+        let backend = Backend::cpu(2).expect("cpu backend");
+        let arena = Arena::new(3).expect("arena");
+        let xi = arena.add(DType::F32, xne, "x").expect("room");
+        let mi = arena
+            .add(DType::F32, [kw * kh * c, oc, 1, 1], "m")
+            .expect("room");
+        let bi = arena.add(DType::F32, [oc, 1, 1, 1], "b").expect("room");
+        arena.allocate(&backend, "test").expect("alloc");
+        arena.get(xi).write_f32(&x).expect("x");
+        arena.get(mi).write_f32(&matrix).expect("m");
+        arena.get(bi).write_f32(&bias).expect("b");
+        let ctx = Context::new(64, 64).expect("ctx");
+        let graph = Graph::new(&ctx, 64);
+        let (xt, mt, bt) = (arena.get(xi), arena.get(mi), arena.get(bi));
+        let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+        let blocked = ctx.conv_2d_matrix(mt, xt, g, Some(bt), Some(kernels));
+        let plain = ctx.conv_2d_matrix(mt, xt, g, Some(bt), None);
+        graph.expand(blocked);
+        graph.expand(plain);
+        let mut galloc = Gallocr::new(&backend).expect("gallocr");
+        let _allocation = galloc.alloc(&graph).expect("alloc graph");
+        backend.compute(&graph).expect("compute");
+        for (what, t) in [("blocked", blocked), ("ggml", plain)] {
+            assert_eq!(t.ne(), out_ne, "{what} {g:?}");
+            let got = t.read_f32().expect("read");
+            let err = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (*a as f64 - b).abs())
+                .fold(0.0, f64::max);
+            // ggml's own im2col rounds patches to f16 only for f16 kernels: f32 here.
+            assert!(err < 2e-5, "{what} {g:?} {xne:?}: max error {err}");
+        }
+    }
+}
+
+fn geometry(
+    kernel: (usize, usize),
+    stride: (usize, usize),
+    pad: (usize, usize),
+    dilation: (usize, usize),
+) -> super::ConvGeometry {
+    super::ConvGeometry {
+        kernel,
+        stride,
+        pad,
+        dilation,
+    }
+}
+
+/// erf by its Maclaurin series in f64 (|x| ≤ 3 here: the terms peak near 200, leaving ~13
+/// correct digits).
+fn erf_series(x: f64) -> f64 {
+    let (mut term, mut sum) = (x, x);
+    for n in 1..120 {
+        term *= -x * x / n as f64;
+        sum += term / (2 * n + 1) as f64;
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+#[test]
+fn fused_geglu_matches_the_erf_gelu() {
+    let (half, rows) = (45, 7);
+    let x: Vec<f32> = pseudo_random(2 * half * rows, 31)
+        .iter()
+        .map(|v| v * 8.0)
+        .collect();
+    let backend = Backend::cpu(2).expect("cpu backend");
+    let arena = Arena::new(1).expect("arena");
+    let xi = arena
+        .add(DType::F32, [2 * half, rows, 1, 1], "x")
+        .expect("room");
+    arena.allocate(&backend, "test").expect("alloc");
+    arena.get(xi).write_f32(&x).expect("x");
+    let ctx = Context::new(8, 8).expect("ctx");
+    let graph = Graph::new(&ctx, 8);
+    let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+    let y = kernels.geglu(&ctx, arena.get(xi)).expect("f32 rows");
+    assert_eq!(y.ne(), [half, rows, 1, 1]);
+    assert_eq!(super::BlockedOp::of(y), Some(super::BlockedOp::Geglu));
+    graph.expand(y);
+    let mut galloc = Gallocr::new(&backend).expect("gallocr");
+    let _allocation = galloc.alloc(&graph).expect("alloc graph");
+    backend.compute(&graph).expect("compute");
+    let got = y.read_f32().expect("read");
+    for r in 0..rows {
+        for j in 0..half {
+            let (v, g) = (
+                x[2 * r * half + j] as f64,
+                x[2 * r * half + half + j] as f64,
+            );
+            let want = v * 0.5 * g * (1.0 + erf_series(g / std::f64::consts::SQRT_2));
+            let err = (got[r * half + j] as f64 - want).abs();
+            // The erf approximation's 1.5e-7, scaled by |v · g| / 2, and f32 rounding.
+            assert!(
+                err <= 2e-7 * v.abs() * (1.0 + g.abs()),
+                "row {r} col {j}: {} vs {want} (value {v}, gate {g})",
+                got[r * half + j]
+            );
         }
     }
 }

@@ -61,7 +61,7 @@ impl ResBlock {
     ) -> Result<Self, RunnerError> {
         let n = c.layout.resnet();
         let shortcut = if in_ch != out_ch {
-            Some(Conv2d::new(
+            Some(Conv2d::new_matrix(
                 &wb.pp(n.shortcut),
                 in_ch,
                 out_ch,
@@ -75,10 +75,10 @@ impl ResBlock {
         };
         Ok(Self {
             norm1: c.group_norm(&wb.pp(n.norm1), in_ch, c.eps)?,
-            conv1: Conv2d::new(&wb.pp(n.conv1), in_ch, out_ch, 3, 1, 1, true)?,
+            conv1: Conv2d::new_matrix(&wb.pp(n.conv1), in_ch, out_ch, 3, 1, 1, true)?,
             emb: Linear::new(&wb.pp(n.emb), c.time_embed_dim, out_ch, true)?,
             norm2: c.group_norm(&wb.pp(n.norm2), out_ch, c.eps)?,
-            conv2: Conv2d::new(&wb.pp(n.conv2), out_ch, out_ch, 3, 1, 1, true)?,
+            conv2: Conv2d::new_matrix(&wb.pp(n.conv2), out_ch, out_ch, 3, 1, 1, true)?,
             shortcut,
             out_channels: out_ch,
         })
@@ -113,7 +113,7 @@ pub(crate) struct Downsample {
 impl Downsample {
     pub fn new(wb: &WeightBuilder<'_, '_>, channels: usize) -> Result<Self, RunnerError> {
         Ok(Self {
-            conv: Conv2d::new(wb, channels, channels, 3, 2, 1, true)?,
+            conv: Conv2d::new_matrix(wb, channels, channels, 3, 2, 1, true)?,
         })
     }
 
@@ -132,7 +132,7 @@ pub(crate) struct Upsample {
 impl Upsample {
     pub fn new(wb: &WeightBuilder<'_, '_>, channels: usize) -> Result<Self, RunnerError> {
         Ok(Self {
-            conv: Conv2d::new(wb, channels, channels, 3, 1, 1, true)?,
+            conv: Conv2d::new_matrix(wb, channels, channels, 3, 1, 1, true)?,
         })
     }
 

@@ -234,7 +234,7 @@ impl UNet {
                 config.time_embed_dim,
             )?,
             label_embed,
-            conv_in: Conv2d::new(
+            conv_in: Conv2d::new_matrix(
                 &wb.pp(l.conv_in()),
                 config.in_channels,
                 config.model_channels,
@@ -247,7 +247,7 @@ impl UNet {
             mid,
             up,
             norm_out: c.group_norm(&wb.pp(l.norm_out()), width, config.norm_eps)?,
-            conv_out: Conv2d::new(
+            conv_out: Conv2d::new_matrix(
                 &wb.pp(l.conv_out()),
                 width,
                 config.out_channels,

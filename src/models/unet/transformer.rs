@@ -116,7 +116,7 @@ impl Projection {
         Ok(if linear {
             Projection::Linear(Linear::new(wb, d_in, d_out, true)?)
         } else {
-            Projection::Conv(Conv2d::new(wb, d_in, d_out, 1, 1, 0, true)?)
+            Projection::Conv(Conv2d::new_matrix(wb, d_in, d_out, 1, 1, 0, true)?)
         })
     }
 }

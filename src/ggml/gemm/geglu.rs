@@ -1,0 +1,128 @@
+//! GEGLU in one pass: `value · gelu(gate)` over the two halves of each row, with the erf
+//! GELU diffusers uses, vectorised. ggml needs a copy of the gate half, a scalar `erff` per
+//! element and a separate product (three passes; SD's feed-forwards spent ~6 % of a UNet
+//! step there).
+
+use std::arch::x86_64::*;
+use std::os::raw::{c_int, c_void};
+
+use super::kernels::exp_nonpositive;
+use crate::dtype::DType;
+use crate::ggml::context::{Context, Tensor};
+use crate::ggml::sys;
+
+impl super::CpuKernels {
+    /// x: [2·h, rows...] f32, contiguous → [h, rows...]: the first half times the GELU of the
+    /// second, like `nn::geglu`.
+    pub fn geglu<'c>(self, ctx: &'c Context, x: Tensor<'c>) -> Option<Tensor<'c>> {
+        let [n0, n1, n2, n3] = x.ne();
+        if x.ty() != DType::F32 || !x.is_contiguous() || n0 % 2 != 0 || n0 == 0 {
+            return None;
+        }
+        let mut args = [x.raw()];
+        // SAFETY: a live tensor of this context; `compute` reads only it and writes the f32
+        // [n0 / 2, n1, n2, n3] result ggml allocates for the node.
+        let out = unsafe {
+            sys::ggml_custom_4d(
+                ctx.raw(),
+                DType::F32.raw(),
+                (n0 / 2) as i64,
+                n1 as i64,
+                n2 as i64,
+                n3 as i64,
+                args.as_mut_ptr(),
+                1,
+                Some(compute),
+                sys::GGML_N_TASKS_MAX,
+                std::ptr::null_mut(),
+            )
+        };
+        Some(ctx.wrap(out))
+    }
+}
+
+/// Whether a custom op's function is this GEGLU.
+pub(super) fn is_node(fun: *const ()) -> bool {
+    fun == compute as *const ()
+}
+
+/// # Safety
+/// `dst` is a node built by [`super::CpuKernels::geglu`], its source and itself in host
+/// memory, on a CPU with AVX-512F (the only CPUs `CpuKernels` exist on).
+unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+    // SAFETY: the contract above: contiguous f32 tensors of these element counts.
+    let (x, out, half, rows) = unsafe {
+        let d = &*dst;
+        let s = &*d.src[0];
+        let half = d.ne[0] as usize;
+        let rows = (d.ne[1] * d.ne[2] * d.ne[3]) as usize;
+        (
+            std::slice::from_raw_parts(s.data.cast::<f32>(), 2 * half * rows),
+            d.data.cast::<f32>(),
+            half,
+            rows,
+        )
+    };
+    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
+    let per = rows.div_ceil(nth);
+    for r in (ith * per)..((ith + 1) * per).min(rows) {
+        let row = &x[2 * r * half..2 * (r + 1) * half];
+        // SAFETY: row r of the output (half floats) belongs to this thread alone; AVX-512F
+        // as the contract says.
+        unsafe { geglu_row(row.as_ptr(), out.add(r * half), half) };
+    }
+}
+
+/// One row: `out[j] = row[j] · gelu(row[half + j])`.
+#[target_feature(enable = "avx512f")]
+unsafe fn geglu_row(row: *const f32, out: *mut f32, half: usize) {
+    for j in (0..half).step_by(16) {
+        let valid = (half - j).min(16);
+        let m: __mmask16 = if valid == 16 {
+            0xffff
+        } else {
+            (1u16 << valid) - 1
+        };
+        // SAFETY: masked accesses inside the row's two halves and the output row.
+        unsafe {
+            let value = _mm512_maskz_loadu_ps(m, row.add(j));
+            let gate = _mm512_maskz_loadu_ps(m, row.add(half + j));
+            let y = _mm512_mul_ps(value, gelu_erf(gate));
+            _mm512_mask_storeu_ps(out.add(j), m, y);
+        }
+    }
+}
+
+/// x · Φ(x) = x/2 · (1 + erf(x/√2)). With z = x/√2, 1 + erf(z) is 2 − q for z ≥ 0 and q for
+/// z < 0, where q = erfc(|z|) = poly(t) · e^(−z²), t = 1 / (1 + p|z|): Abramowitz & Stegun
+/// 7.1.26 (absolute error < 1.5e−7); taking q directly for negative z avoids cancelling.
+#[inline(always)]
+unsafe fn gelu_erf(x: __m512) -> __m512 {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [
+        0.254_829_6,
+        -0.284_496_74,
+        1.421_413_7,
+        -1.453_152,
+        1.061_405_4,
+    ];
+    // SAFETY: register-only arithmetic (the caller has AVX-512F).
+    unsafe {
+        let z = _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
+        let a = _mm512_abs_ps(z);
+        let one = _mm512_set1_ps(1.0);
+        let t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(P), a, one));
+        let mut poly = _mm512_set1_ps(A[4]);
+        for c in [A[3], A[2], A[1], A[0]] {
+            poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(c));
+        }
+        poly = _mm512_mul_ps(poly, t);
+        let q = _mm512_mul_ps(
+            poly,
+            exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(a, a))),
+        );
+        let positive = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(z, _mm512_setzero_ps());
+        let one_plus_erf = _mm512_mask_sub_ps(q, positive, _mm512_set1_ps(2.0), q);
+        _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.5)), one_plus_erf)
+    }
+}

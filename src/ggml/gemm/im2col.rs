@@ -1,0 +1,157 @@
+//! im2col for the blocked conv path, from a channel-last image: [C, W, H, N] f32 →
+//! [C·KW·KH, OW, OH, N] f32 patches, each the KW·KH taps' channel rows one after another
+//! (zeros outside the image). With channels contiguous a tap is one row copy; ggml's CPU
+//! im2col (channel-first image, patch ordered channel-major) gathers single floats and
+//! splits threads by channel, so threads share cache lines: on SD's UNet it took an eighth
+//! of a step.
+
+use std::os::raw::{c_int, c_void};
+
+use super::{Context, CpuKernels, Tensor};
+use crate::dtype::DType;
+use crate::ggml::sys;
+
+/// First op-param slot past ggml's custom-op parameters (function, tasks, userdata).
+const PARAM_BASE: usize = 8;
+
+/// Kernel size, stride, padding and dilation, (x, y) each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvGeometry {
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub pad: (usize, usize),
+    pub dilation: (usize, usize),
+}
+
+impl ConvGeometry {
+    fn params(self) -> [usize; 8] {
+        [
+            self.kernel.0,
+            self.kernel.1,
+            self.stride.0,
+            self.stride.1,
+            self.pad.0,
+            self.pad.1,
+            self.dilation.0,
+            self.dilation.1,
+        ]
+    }
+
+    /// A 1×1 kernel with unit stride and no padding: the image is its own patch matrix.
+    pub(in crate::ggml) fn is_pointwise(self) -> bool {
+        self.kernel == (1, 1) && self.stride == (1, 1) && self.pad == (0, 0)
+    }
+
+    /// Output size along one axis, as PyTorch's `Conv2d` (None when the kernel does not fit).
+    fn out_len(input: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
+        let span = d * (k - 1) + 1;
+        (input + 2 * p).checked_sub(span).map(|r| r / s + 1)
+    }
+}
+
+impl CpuKernels {
+    /// Patches of the channel-last image `x` ([C, W, H, N] f32, contiguous) for `geometry`:
+    /// [C·KW·KH, OW, OH, N] f32, each patch ordered (row, column, channel) slowest first.
+    pub fn im2col<'c>(
+        self,
+        ctx: &'c Context,
+        x: Tensor<'c>,
+        geometry: ConvGeometry,
+    ) -> Option<Tensor<'c>> {
+        let [c, w, h, n] = x.ne();
+        let g = geometry;
+        let ok = x.ty() == DType::F32
+            && x.is_contiguous()
+            && g.params().iter().all(|&v| v <= i32::MAX as usize)
+            && g.kernel.0 > 0
+            && g.kernel.1 > 0
+            && g.stride.0 > 0
+            && g.stride.1 > 0
+            && g.dilation.0 > 0
+            && g.dilation.1 > 0;
+        if !ok {
+            return None;
+        }
+        let ow = ConvGeometry::out_len(w, g.kernel.0, g.stride.0, g.pad.0, g.dilation.0)?;
+        let oh = ConvGeometry::out_len(h, g.kernel.1, g.stride.1, g.pad.1, g.dilation.1)?;
+        let k = c * g.kernel.0 * g.kernel.1;
+        let mut args = [x.raw()];
+        // SAFETY: a live tensor of this context; `compute` reads only it and writes the f32
+        // [k, ow, oh, n] result ggml allocates for the node.
+        let out = unsafe {
+            sys::ggml_custom_4d(
+                ctx.raw(),
+                DType::F32.raw(),
+                k as i64,
+                ow as i64,
+                oh as i64,
+                n as i64,
+                args.as_mut_ptr(),
+                1,
+                Some(compute),
+                sys::GGML_N_TASKS_MAX,
+                std::ptr::null_mut(),
+            )
+        };
+        // SAFETY: `out` was just made; these op-param slots are past ggml's custom-op params.
+        unsafe {
+            for (i, v) in g.params().into_iter().enumerate() {
+                (*out).op_params[PARAM_BASE + i] = v as i32;
+            }
+        }
+        Some(ctx.wrap(out))
+    }
+}
+
+/// Whether `t` is an im2col node of [`CpuKernels::im2col`].
+pub(super) fn is_node(fun: *const ()) -> bool {
+    fun == compute as *const ()
+}
+
+/// # Safety
+/// `dst` is a node built by [`CpuKernels::im2col`], its source and itself allocated in host
+/// memory.
+unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+    // SAFETY: the contract above: contiguous f32 tensors of exactly these element counts.
+    let (x, out, p, ne_x, ne_out) = unsafe {
+        let d = &*dst;
+        let s = &*d.src[0];
+        let ne_x = s.ne.map(|v| v as usize);
+        let ne_out = d.ne.map(|v| v as usize);
+        let p: [usize; 8] = std::array::from_fn(|i| d.op_params[PARAM_BASE + i] as usize);
+        (
+            std::slice::from_raw_parts(s.data.cast::<f32>(), ne_x.iter().product()),
+            d.data.cast::<f32>(),
+            p,
+            ne_x,
+            ne_out,
+        )
+    };
+    let [c, iw, ih, _] = ne_x;
+    let [k, ow, oh, n] = ne_out;
+    let [kw, kh, s0, s1, p0, p1, d0, d1] = p;
+    let rows = oh * n;
+    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
+    let per = rows.div_ceil(nth);
+    let image_len = c * iw * ih;
+    for row in (ith * per)..((ith + 1) * per).min(rows) {
+        let (b, oy) = (row / oh, row % oh);
+        // SAFETY: rows are disjoint between threads; this row is ow·k floats inside `out`.
+        let dst_row = unsafe { std::slice::from_raw_parts_mut(out.add(row * ow * k), ow * k) };
+        let image = &x[b * image_len..(b + 1) * image_len];
+        for (ox, patch) in dst_row.chunks_exact_mut(k).enumerate() {
+            for (tap, dst) in patch.chunks_exact_mut(c).enumerate() {
+                let (ky, kx) = (tap / kw, tap % kw);
+                let iy = (oy * s1 + ky * d1) as isize - p1 as isize;
+                let ix = (ox * s0 + kx * d0) as isize - p0 as isize;
+                if iy < 0 || iy >= ih as isize || ix < 0 || ix >= iw as isize {
+                    dst.fill(0.0);
+                } else {
+                    let at = (iy as usize * iw + ix as usize) * c;
+                    dst.copy_from_slice(&image[at..at + c]);
+                }
+            }
+        }
+    }
+    debug_assert_eq!(k, c * kw * kh);
+}
