@@ -19,6 +19,8 @@ use crate::ggml::sys;
 
 /// Queries per block: the block's score rows (48 × n_kv f32) stay in L2.
 const QB: usize = 8 * MR;
+/// Keys per P V pass: V's chunk (256 × the head size in f32) stays in L2 for the block.
+const KEY_CHUNK: usize = 256;
 /// Longest key sequence taken (a score block of 48 × 16384 f32 is 3 MiB).
 const MAX_KV: usize = 16384;
 /// Largest head (keys × head size) taken: each thread packs its head's K and V, 2 × 8 MiB at
@@ -199,15 +201,23 @@ impl Heads<'_> {
         }
     }
 
+    /// One block of queries in three passes, each ordered so that what it re-reads stays
+    /// in cache: scores panel by panel of K (a 64-key panel serves every 6-row strip of the
+    /// block from L1), softmax row by row, then P V chunk by chunk of keys (a chunk of V
+    /// serves every strip from L2). Strip-major loops re-streamed all of K and V from L3
+    /// for every six queries once a head's K and V outgrew L2 (SD's 4096 keys).
     fn query_block(&self, b: usize, h: usize, rows: std::ops::Range<usize>, s: &mut Scratch) {
         let ld = self.n_kv.next_multiple_of(16);
         let scores = s.s.f32s(rows.len() * ld).as_mut_ptr();
-        let k_panels = self.n_kv.div_ceil(NR);
-        for r0 in rows.clone().step_by(MR) {
-            let n_rows = MR.min(rows.end - r0);
-            let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
-            let s_row = scores.wrapping_add((r0 - rows.start) * ld);
-            for p in 0..k_panels {
+        let strips = || {
+            rows.clone().step_by(MR).map(|r0| {
+                let s_row = scores.wrapping_add((r0 - rows.start) * ld);
+                (r0, MR.min(rows.end - r0), s_row)
+            })
+        };
+        for p in 0..self.n_kv.div_ceil(NR) {
+            let panel = s.k.f32s_ro(p * self.hd * NR);
+            for (r0, n_rows, s_row) in strips() {
                 let tile = Tile {
                     c: s_row.wrapping_add(p * NR),
                     ldc: ld,
@@ -216,19 +226,16 @@ impl Heads<'_> {
                     accumulate: false,
                     bias: std::ptr::null(),
                 };
+                let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
                 // SAFETY: AVX-512F was checked when the node was built; the query rows hold
                 // `hd` floats `dim` apart; the K panel holds `hd * NR`; the tile lies inside
                 // this block's score rows.
                 unsafe {
-                    kernels::tile_f32(
-                        self.hd,
-                        self.q[q_row..].as_ptr(),
-                        self.dim,
-                        s.k.f32s_ro(p * self.hd * NR),
-                        &tile,
-                    )
+                    kernels::tile_f32(self.hd, self.q[q_row..].as_ptr(), self.dim, panel, &tile)
                 };
             }
+        }
+        for (r0, n_rows, s_row) in strips() {
             for r in 0..n_rows {
                 let mask = self
                     .mask
@@ -238,30 +245,36 @@ impl Heads<'_> {
                     kernels::softmax_row(s_row.wrapping_add(r * ld), mask, self.n_kv, self.scale)
                 };
             }
-            for p in &self.v_panels {
-                let tile = Tile {
-                    c: self
-                        .out
-                        .wrapping_add((b * self.n_q + r0) * self.dim + h * self.hd + p.c0),
-                    ldc: self.dim,
-                    rows: n_rows,
-                    cols: p.cols,
-                    accumulate: false,
-                    bias: std::ptr::null(),
-                };
-                let panel = s.v.f32s_ro(p.offset(self.n_kv));
-                // SAFETY: as above; the probability rows hold `n_kv` floats `ld` apart, the
-                // V panel `n_kv * width`; the tile is this head's slice of these output rows.
-                unsafe {
-                    kernels::tile_f32_width(
-                        p.width,
-                        self.n_kv,
-                        s_row.cast_const(),
-                        ld,
-                        panel,
-                        &tile,
-                    )
-                };
+        }
+        for k0 in (0..self.n_kv).step_by(KEY_CHUNK) {
+            let kc = KEY_CHUNK.min(self.n_kv - k0);
+            for (r0, n_rows, s_row) in strips() {
+                for p in &self.v_panels {
+                    let tile = Tile {
+                        c: self
+                            .out
+                            .wrapping_add((b * self.n_q + r0) * self.dim + h * self.hd + p.c0),
+                        ldc: self.dim,
+                        rows: n_rows,
+                        cols: p.cols,
+                        accumulate: k0 > 0,
+                        bias: std::ptr::null(),
+                    };
+                    let panel = s.v.f32s_ro(p.offset(self.n_kv) + k0 * p.width);
+                    // SAFETY: as above; the probability rows hold `n_kv` floats `ld` apart
+                    // (this chunk: `kc` from k0), the V panel `n_kv * width` (this chunk's
+                    // rows from k0); the tile is this head's slice of these output rows.
+                    unsafe {
+                        kernels::tile_f32_width(
+                            p.width,
+                            kc,
+                            s_row.wrapping_add(k0).cast_const(),
+                            ld,
+                            panel,
+                            &tile,
+                        )
+                    };
+                }
             }
         }
     }
