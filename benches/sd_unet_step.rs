@@ -89,6 +89,7 @@ fn run_variant(model: &str, dir: &Path, variant: &str, threads: usize, reps: usi
             ..RunOptions::default()
         },
     );
+    let load_peak = peak_rss_mb();
     let (side, ctx_dim) = shape(model);
     let x: Vec<f32> = (0..side * side * 4 * 2)
         .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
@@ -117,7 +118,7 @@ fn run_variant(model: &str, dir: &Path, variant: &str, threads: usize, reps: usi
         best = best.min(t0.elapsed().as_secs_f64());
     }
     println!(
-        "ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0}",
+        "ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0} load_rss_mb {load_peak:.0}",
         peak_rss_mb()
     );
 }
@@ -237,10 +238,11 @@ fn main() {
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         match (field(&text, "ours_s"), reference) {
             (Some(s), Some(r)) => println!(
-                "ours {ty:<9}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
+                "ours {ty:<9}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights ({:.0} MB while loading)",
                 s / r,
                 field(&text, "rss_mb").unwrap_or(0.0),
-                field(&text, "weights_mb").unwrap_or(0.0)
+                field(&text, "weights_mb").unwrap_or(0.0),
+                field(&text, "load_rss_mb").unwrap_or(0.0)
             ),
             _ => eprintln!("{ty}: failed: {}", String::from_utf8_lossy(&o.stderr)),
         }

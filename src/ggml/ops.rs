@@ -5,6 +5,10 @@
 
 use super::context::{Context, Ne, Tensor};
 use super::gemm::ConvGeometry;
+
+/// Above this many bytes of patches, a convolution builds them a chunk at a time inside the
+/// blocked product instead of as one im2col tensor.
+const FUSED_CONV_BYTES: usize = 16 << 20;
 use super::sys;
 use crate::dtype::DType;
 
@@ -430,13 +434,20 @@ impl Context {
         let x = if x.is_contiguous() { x } else { self.cont(x) };
         let pixels = kernels.transpose(self, self.reshape(x, [w * h, c, n, 1]))?;
         let pixels = self.reshape(pixels, [c, w, h, n]);
+        let [k, oc, _, _] = matrix.ne();
+        let (out_w, out_h) = geometry.out_size(w, h)?;
+        if k * out_w * out_h * n * 4 > FUSED_CONV_BYTES && !geometry.is_pointwise() {
+            // Patches built a chunk at a time inside the product.
+            let y = kernels.conv(self, pixels, matrix, bias, geometry)?;
+            let y = kernels.transpose(self, self.reshape(y, [oc, out_w * out_h, n, 1]))?;
+            return Some(self.reshape(y, [out_w, out_h, oc, n]));
+        }
         let col = if geometry.is_pointwise() {
             pixels
         } else {
             kernels.im2col(self, pixels, geometry)?
         };
-        let [k, ow, oh, _] = col.ne();
-        let oc = matrix.ne()[1];
+        let [_, ow, oh, _] = col.ne();
         let col2 = self.reshape(col, [k, ow * oh * n, 1, 1]);
         // The kernel as the weight, patches as the tokens: [OC, OW, OH, N] out.
         let y = kernels.linear(self, matrix, col2, bias)?;

@@ -38,6 +38,18 @@ impl LayerNorm {
     }
 
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        if self.weight.is_some() || self.bias.is_some() {
+            let (w, b) = (
+                self.weight.map(|p| g.param(p)),
+                self.bias.map(|p| g.param(p)),
+            );
+            if let Some(y) = g
+                .cpu_kernels()
+                .and_then(|k| k.layer_norm(g.ctx(), x, self.eps, w, b))
+            {
+                return y;
+            }
+        }
         let mut y = g.norm(x, self.eps);
         if let Some(w) = self.weight {
             y = g.mul(y, g.param(w));
@@ -96,9 +108,30 @@ impl GroupNorm {
     }
 
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        self.forward_maybe_silu(g, x, false)
+    }
+
+    /// `silu(forward(x))`, in one pass with the CPU kernels.
+    pub fn forward_silu<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        self.forward_maybe_silu(g, x, true)
+    }
+
+    fn forward_maybe_silu<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>, silu: bool) -> Tensor<'g> {
+        let (w, b) = (g.param(self.weight), g.param(self.bias));
+        let fused = g
+            .cpu_kernels()
+            .and_then(|k| k.group_norm(g.ctx(), x, self.groups, self.eps, w, b, silu));
+        if let Some(y) = fused {
+            return y;
+        }
         let y = g.group_norm(x, self.groups, self.eps);
-        let w = g.reshape(g.param(self.weight), [1, 1, self.channels, 1]);
-        let b = g.reshape(g.param(self.bias), [1, 1, self.channels, 1]);
-        g.add(g.mul(y, w), b)
+        let w = g.reshape(w, [1, 1, self.channels, 1]);
+        let b = g.reshape(b, [1, 1, self.channels, 1]);
+        let y = g.add(g.mul(y, w), b);
+        if silu {
+            g.silu(y)
+        } else {
+            y
+        }
     }
 }

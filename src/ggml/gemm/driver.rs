@@ -56,20 +56,11 @@ impl Product<'_> {
         let (x, w, b) = (dst.src[0], dst.src[1], dst.src[2]);
         // SAFETY: the node's sources are live tensors (the contract of `compute`).
         let (w, x) = unsafe { (&*w, &*x) };
-        let kind = WeightKind::of(crate::dtype::DType::from_id(w.type_)?)?;
-        let (k, m) = (w.ne[0] as usize, w.ne[1] as usize);
+        // SAFETY: as above.
+        let (w, k, m) = unsafe { weights_of(w) }?;
         let n = (x.ne[1] * x.ne[2] * x.ne[3]) as usize;
         // SAFETY: contiguous allocated tensors of these element counts and types.
         unsafe {
-            let w = match kind {
-                WeightKind::F32 => Weights::F32(std::slice::from_raw_parts(w.data.cast(), k * m)),
-                WeightKind::F16 => Weights::F16(std::slice::from_raw_parts(w.data.cast(), k * m)),
-                WeightKind::Bf16 => Weights::Bf16(std::slice::from_raw_parts(w.data.cast(), k * m)),
-                WeightKind::Q8_0 => {
-                    let bytes = m * (k / q8::QK) * 34;
-                    Weights::Q8_0(std::slice::from_raw_parts(w.data.cast(), bytes))
-                }
-            };
             Some(Self {
                 w,
                 x: std::slice::from_raw_parts(x.data.cast(), k * n),
@@ -261,6 +252,57 @@ impl Product<'_> {
             }
         }
     }
+}
+
+/// A contiguous 2-D weight tensor's elements, k and m.
+///
+/// # Safety
+/// `w` is a live, allocated, contiguous tensor.
+unsafe fn weights_of(w: &sys::ggml_tensor) -> Option<(Weights<'_>, usize, usize)> {
+    let kind = WeightKind::of(crate::dtype::DType::from_id(w.type_)?)?;
+    let (k, m) = (w.ne[0] as usize, w.ne[1] as usize);
+    // SAFETY: the caller's contract: this many elements of this type.
+    let w = unsafe {
+        match kind {
+            WeightKind::F32 => Weights::F32(std::slice::from_raw_parts(w.data.cast(), k * m)),
+            WeightKind::F16 => Weights::F16(std::slice::from_raw_parts(w.data.cast(), k * m)),
+            WeightKind::Bf16 => Weights::Bf16(std::slice::from_raw_parts(w.data.cast(), k * m)),
+            WeightKind::Q8_0 => {
+                let bytes = m * (k / q8::QK) * 34;
+                Weights::Q8_0(std::slice::from_raw_parts(w.data.cast(), bytes))
+            }
+        }
+    };
+    Some((w, k, m))
+}
+
+/// `y[t][j] = Σ_k x[t][k] · w[j][k] (+ bias[j])` for the `x.len() / k` tokens of `x`, all of
+/// it on the calling thread (the caller splits the work): the blocked convolution's body.
+///
+/// # Safety
+/// `w` is a live, allocated, contiguous 2-D weight of a kind the CPU has the kernel for;
+/// `bias` has m elements; `y` has room for m floats per token and no other thread writes
+/// these rows.
+pub(super) unsafe fn product_on_this_thread(
+    w: &sys::ggml_tensor,
+    bias: Option<&[f32]>,
+    x: &[f32],
+    y: *mut f32,
+) {
+    // SAFETY: the caller's contract.
+    let Some((w, k, m)) = (unsafe { weights_of(w) }) else {
+        return;
+    };
+    let p = Product {
+        w,
+        x,
+        bias,
+        y,
+        k,
+        m,
+        n: x.len() / k,
+    };
+    p.run(0, 1);
 }
 
 /// The weight's elements, by type.

@@ -12,7 +12,7 @@ use crate::dtype::DType;
 use crate::ggml::sys;
 
 /// First op-param slot past ggml's custom-op parameters (function, tasks, userdata).
-const PARAM_BASE: usize = 8;
+pub(super) const PARAM_BASE: usize = 8;
 
 /// Kernel size, stride, padding and dilation, (x, y) each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub struct ConvGeometry {
 }
 
 impl ConvGeometry {
-    fn params(self) -> [usize; 8] {
+    pub(super) fn params(self) -> [usize; 8] {
         [
             self.kernel.0,
             self.kernel.1,
@@ -37,13 +37,24 @@ impl ConvGeometry {
         ]
     }
 
+    /// The output width and height for an input of `w` × `h`.
+    pub fn out_size(self, w: usize, h: usize) -> Option<(usize, usize)> {
+        Some((
+            Self::out_len(w, self.kernel.0, self.stride.0, self.pad.0, self.dilation.0)?,
+            Self::out_len(h, self.kernel.1, self.stride.1, self.pad.1, self.dilation.1)?,
+        ))
+    }
+
     /// A 1×1 kernel with unit stride and no padding: the image is its own patch matrix.
     pub(in crate::ggml) fn is_pointwise(self) -> bool {
         self.kernel == (1, 1) && self.stride == (1, 1) && self.pad == (0, 0)
     }
 
     /// Output size along one axis, as PyTorch's `Conv2d` (None when the kernel does not fit).
-    fn out_len(input: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
+    pub(super) fn out_len(input: usize, k: usize, s: usize, p: usize, d: usize) -> Option<usize> {
+        if k == 0 || s == 0 || d == 0 {
+            return None;
+        }
         let span = d * (k - 1) + 1;
         (input + 2 * p).checked_sub(span).map(|r| r / s + 1)
     }
@@ -118,7 +129,7 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
         let s = &*d.src[0];
         let ne_x = s.ne.map(|v| v as usize);
         let ne_out = d.ne.map(|v| v as usize);
-        let p: [usize; 8] = std::array::from_fn(|i| d.op_params[PARAM_BASE + i] as usize);
+        let p: [usize; 8] = Patches::from_params(&d.op_params, 0, 0).params;
         (
             std::slice::from_raw_parts(s.data.cast::<f32>(), ne_x.iter().product()),
             d.data.cast::<f32>(),
@@ -127,31 +138,65 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
             ne_out,
         )
     };
-    let [c, iw, ih, _] = ne_x;
-    let [k, ow, oh, n] = ne_out;
-    let [kw, kh, s0, s1, p0, p1, d0, d1] = p;
-    let rows = oh * n;
+    let [_, ow, oh, n] = ne_out;
+    let tokens = ow * oh * n;
+    let k = ne_out[0];
     let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
+    // Whole output rows per thread, so no two threads share a cache line.
+    let rows = oh * n;
     let per = rows.div_ceil(nth);
+    let range = (ith * per * ow).min(tokens)..((ith + 1) * per * ow).min(tokens);
+    // SAFETY: these tokens' patches (k floats each) are this thread's part of `out`.
+    let dst = unsafe { std::slice::from_raw_parts_mut(out.add(range.start * k), range.len() * k) };
+    fill_patches(x, ne_x, Patches { params: p, ow, oh }, range, dst);
+}
+
+/// The output grid and geometry parameters of an im2col.
+#[derive(Clone, Copy)]
+pub(super) struct Patches {
+    /// KW, KH, stride, padding, dilation (x, y each), as the op params hold them.
+    pub params: [usize; 8],
+    pub ow: usize,
+    pub oh: usize,
+}
+
+impl Patches {
+    /// The geometry of a node's op params.
+    pub(super) fn from_params(op_params: &[i32], ow: usize, oh: usize) -> Self {
+        Self {
+            params: std::array::from_fn(|i| op_params[PARAM_BASE + i] as usize),
+            ow,
+            oh,
+        }
+    }
+}
+
+/// The patches of `tokens` (token t = (n·OH + oy)·OW + ox) of the channel-last image `x`
+/// ([C, W, H, N]) into `dst`, C·KW·KH floats each.
+pub(super) fn fill_patches(
+    x: &[f32],
+    [c, iw, ih, _]: [usize; 4],
+    g: Patches,
+    tokens: std::ops::Range<usize>,
+    dst: &mut [f32],
+) {
+    let [kw, kh, s0, s1, p0, p1, d0, d1] = g.params;
+    let k = c * kw * kh;
     let image_len = c * iw * ih;
-    for row in (ith * per)..((ith + 1) * per).min(rows) {
-        let (b, oy) = (row / oh, row % oh);
-        // SAFETY: rows are disjoint between threads; this row is ow·k floats inside `out`.
-        let dst_row = unsafe { std::slice::from_raw_parts_mut(out.add(row * ow * k), ow * k) };
+    for (t, patch) in tokens.zip(dst.chunks_exact_mut(k)) {
+        let (ox, row) = (t % g.ow, t / g.ow);
+        let (b, oy) = (row / g.oh, row % g.oh);
         let image = &x[b * image_len..(b + 1) * image_len];
-        for (ox, patch) in dst_row.chunks_exact_mut(k).enumerate() {
-            for (tap, dst) in patch.chunks_exact_mut(c).enumerate() {
-                let (ky, kx) = (tap / kw, tap % kw);
-                let iy = (oy * s1 + ky * d1) as isize - p1 as isize;
-                let ix = (ox * s0 + kx * d0) as isize - p0 as isize;
-                if iy < 0 || iy >= ih as isize || ix < 0 || ix >= iw as isize {
-                    dst.fill(0.0);
-                } else {
-                    let at = (iy as usize * iw + ix as usize) * c;
-                    dst.copy_from_slice(&image[at..at + c]);
-                }
+        for (tap, dst) in patch.chunks_exact_mut(c).enumerate() {
+            let (ky, kx) = (tap / kw, tap % kw);
+            let iy = (oy * s1 + ky * d1) as isize - p1 as isize;
+            let ix = (ox * s0 + kx * d0) as isize - p0 as isize;
+            if iy < 0 || iy >= ih as isize || ix < 0 || ix >= iw as isize {
+                dst.fill(0.0);
+            } else {
+                let at = (iy as usize * iw + ix as usize) * c;
+                dst.copy_from_slice(&image[at..at + c]);
             }
         }
     }
-    debug_assert_eq!(k, c * kw * kh);
 }

@@ -20,12 +20,16 @@
 #[cfg(target_arch = "x86_64")]
 mod attention;
 #[cfg(target_arch = "x86_64")]
+mod conv;
+#[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
 mod geglu;
 mod im2col;
 #[cfg(target_arch = "x86_64")]
 mod kernels;
+#[cfg(target_arch = "x86_64")]
+mod norm;
 #[cfg(target_arch = "x86_64")]
 mod pack;
 #[cfg(target_arch = "x86_64")]
@@ -104,6 +108,10 @@ pub enum BlockedOp {
     Transpose,
     /// [`CpuKernels::geglu`] (source: the projection).
     Geglu,
+    /// [`CpuKernels::group_norm`] or [`CpuKernels::layer_norm`] (sources: x, weight, bias).
+    Norm,
+    /// [`CpuKernels::conv`] (sources: channel-last pixels, kernel matrix, bias).
+    Conv,
 }
 
 impl BlockedOp {
@@ -138,6 +146,12 @@ impl BlockedOp {
             }
             if geglu::is_node(fun) {
                 return Some(Self::Geglu);
+            }
+            if norm::is_node(fun) {
+                return Some(Self::Norm);
+            }
+            if conv::is_node(fun) {
+                return Some(Self::Conv);
             }
         }
         let _ = fun;
@@ -248,6 +262,45 @@ fn op_fn() -> sys::ggml_custom_op_t {
 impl CpuKernels {
     /// The fused GEGLU exists on x86-64 only.
     pub fn geglu<'c>(self, _ctx: &'c Context, _x: Tensor<'c>) -> Option<Tensor<'c>> {
+        None
+    }
+
+    /// The fused convolution exists on x86-64 only.
+    pub fn conv<'c>(
+        self,
+        _ctx: &'c Context,
+        _pixels: Tensor<'c>,
+        _matrix: Tensor<'c>,
+        _bias: Option<Tensor<'c>>,
+        _geometry: ConvGeometry,
+    ) -> Option<Tensor<'c>> {
+        None
+    }
+
+    /// The fused norms exist on x86-64 only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn group_norm<'c>(
+        self,
+        _ctx: &'c Context,
+        _x: Tensor<'c>,
+        _groups: usize,
+        _eps: f32,
+        _weight: Tensor<'c>,
+        _bias: Tensor<'c>,
+        _silu: bool,
+    ) -> Option<Tensor<'c>> {
+        None
+    }
+
+    /// The fused norms exist on x86-64 only.
+    pub fn layer_norm<'c>(
+        self,
+        _ctx: &'c Context,
+        _x: Tensor<'c>,
+        _eps: f32,
+        _weight: Option<Tensor<'c>>,
+        _bias: Option<Tensor<'c>>,
+    ) -> Option<Tensor<'c>> {
         None
     }
 

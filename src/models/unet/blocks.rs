@@ -92,10 +92,10 @@ impl ResBlock {
         emb_act: Tensor<'g>,
     ) -> Tensor<'g> {
         let batch = x.ne()[3];
-        let h = self.conv1.forward(g, g.silu(self.norm1.forward(g, x)));
+        let h = self.conv1.forward(g, self.norm1.forward_silu(g, x));
         let e = self.emb.forward(g, emb_act);
         let h = g.add(h, g.reshape(e, [1, 1, self.out_channels, batch]));
-        let h = self.conv2.forward(g, g.silu(self.norm2.forward(g, h)));
+        let h = self.conv2.forward(g, self.norm2.forward_silu(g, h));
         let skip = match &self.shortcut {
             Some(conv) => conv.forward(g, x),
             None => x,

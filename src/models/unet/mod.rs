@@ -380,8 +380,7 @@ impl UNet {
                 h = g.cut(&format!("unet.up.{i}.{j}"), "h", h);
             }
         }
-        self.conv_out
-            .forward(g, g.silu(self.norm_out.forward(g, h)))
+        self.conv_out.forward(g, self.norm_out.forward_silu(g, h))
     }
 }
 

@@ -78,8 +78,8 @@ impl ResnetBlock {
     }
 
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
-        let h = self.conv1.forward(g, g.silu(self.norm1.forward(g, x)));
-        let h = self.conv2.forward(g, g.silu(self.norm2.forward(g, h)));
+        let h = self.conv1.forward(g, self.norm1.forward_silu(g, x));
+        let h = self.conv2.forward(g, self.norm2.forward_silu(g, h));
         let skip = match &self.shortcut {
             Some(conv) => conv.forward(g, x),
             None => x,

@@ -114,7 +114,6 @@ impl Decoder {
             }
             x = g.cut(&format!("vae.decoder.up.{i}"), "x", x);
         }
-        self.conv_out
-            .forward(g, g.silu(self.norm_out.forward(g, x)))
+        self.conv_out.forward(g, self.norm_out.forward_silu(g, x))
     }
 }

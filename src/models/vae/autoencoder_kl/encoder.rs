@@ -110,9 +110,7 @@ impl Encoder {
             x = g.cut(&format!("vae.encoder.down.{i}"), "x", x);
         }
         x = g.cut("vae.encoder.mid", "x", self.mid.forward(g, x));
-        let x = self
-            .conv_out
-            .forward(g, g.silu(self.norm_out.forward(g, x)));
+        let x = self.conv_out.forward(g, self.norm_out.forward_silu(g, x));
         match &self.quant_conv {
             Some(conv) => conv.forward(g, x),
             None => x,
