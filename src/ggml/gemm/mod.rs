@@ -14,7 +14,10 @@
 //! q8_0 (`q8.rs`: activations quantized as ggml does, VNNI integer dot products).
 //! Any other case (types, layouts, CPUs without AVX-512, other architectures) returns `None`
 //! and the caller keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
-//! tiles.
+//! tiles; `conv.rs` a convolution whose patches are built a chunk at a time inside the
+//! product. Around them, ops that ggml runs as several passes or with poor thread splits:
+//! `im2col.rs` (channel-last patches), `transpose.rs`, `geglu.rs`, `norm.rs` (GroupNorm /
+//! LayerNorm with their affine parameters and SiLU).
 
 // The kernels are AVX-512; elsewhere the entry points below answer `None`.
 #[cfg(target_arch = "x86_64")]

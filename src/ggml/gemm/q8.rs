@@ -33,10 +33,17 @@ pub(super) fn quantize_rows(
     quants: &mut [u32],
     scales: &mut [f32],
 ) {
+    let vector = is_x86_feature_detected!("avx512f");
     for (i, row) in rows.enumerate() {
         let src = x.block(row, b0 * QK, nb * QK);
         let q = &mut quants[i * nb * 8..(i + 1) * nb * 8];
         for (b, block) in src.chunks_exact(QK).enumerate() {
+            if vector {
+                let quads: &mut [u32; 8] = (&mut q[b * 8..b * 8 + 8]).try_into().expect("8 quads");
+                // SAFETY: AVX-512F was just detected; the block is 32 floats, the quads 8 words.
+                scales[i * nb + b] = unsafe { quantize_block(block, quads) };
+                continue;
+            }
             let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
@@ -50,6 +57,28 @@ pub(super) fn quantize_rows(
                 *w = u32::from_le_bytes(bytes);
             }
         }
+    }
+}
+
+/// One block as the scalar loop above quantizes it (the same f32 product, rounded half to
+/// even by `vcvtps2dq` under the default rounding mode), 32 lanes at a time; returns the
+/// scale.
+#[target_feature(enable = "avx512f")]
+unsafe fn quantize_block(block: &[f32], quads: &mut [u32; 8]) -> f32 {
+    // SAFETY: the block holds 32 floats (two vectors); the quads are 32 bytes.
+    unsafe {
+        let lo = _mm512_loadu_ps(block.as_ptr());
+        let hi = _mm512_loadu_ps(block.as_ptr().add(16));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let id = _mm512_set1_ps(id);
+        let offset = _mm512_set1_epi32(128);
+        let qlo = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(lo, id)), offset);
+        let qhi = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(hi, id)), offset);
+        let out = quads.as_mut_ptr().cast::<__m128i>();
+        _mm_storeu_si128(out, _mm512_cvtepi32_epi8(qlo));
+        _mm_storeu_si128(out.add(1), _mm512_cvtepi32_epi8(qhi));
+        half::f16::from_f32(amax / 127.0).to_f32()
     }
 }
 
