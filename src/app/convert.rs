@@ -51,9 +51,7 @@ fn pipeline_components(root: &Path) -> Result<Option<Vec<(PathBuf, &'static str)
         path: index_path.clone(),
         reason,
     };
-    let text = std::fs::read_to_string(&index_path).map_err(|e| bad(e.to_string()))?;
-    let index: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let index = crate::pipeline::components::read_model_index(root)?;
     let mut parts = Vec::new();
     let Some(entries) = index.as_object() else {
         return Err(bad("not a JSON object".into()));

@@ -357,18 +357,22 @@ fn pipeline_candidates(id: ComponentId) -> &'static [&'static str] {
     }
 }
 
-/// The subfolder of pipeline folder `root` that holds component `id`: one its
-/// `model_index.json` lists with a class (the SDXL refiner lists `text_encoder` as
-/// `[null, null]`) and that exists.
-fn pipeline_subfolder(id: ComponentId, root: &Path) -> Result<Option<PathBuf>> {
+/// The parsed `model_index.json` of diffusers pipeline folder `root` (errors name the file).
+pub fn read_model_index(root: &Path) -> Result<serde_json::Value> {
     let index_path = root.join(MODEL_INDEX);
     let bad = |reason: String| Error::Model {
         path: index_path.clone(),
         reason,
     };
     let text = std::fs::read_to_string(&index_path).map_err(|e| bad(e.to_string()))?;
-    let index: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))
+}
+
+/// The subfolder of pipeline folder `root` that holds component `id`: one its
+/// `model_index.json` lists with a class (the SDXL refiner lists `text_encoder` as
+/// `[null, null]`) and that exists.
+fn pipeline_subfolder(id: ComponentId, root: &Path) -> Result<Option<PathBuf>> {
+    let index = read_model_index(root)?;
     Ok(pipeline_candidates(id)
         .iter()
         .filter(|name| {

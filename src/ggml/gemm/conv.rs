@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
 use super::driver::{self, Packed};
-use super::im2col::{fill_patches, ConvGeometry, Patches, PARAM_BASE};
+use super::im2col::{fill_patches, ConvGeometry, Patches};
 use super::{Context, CpuKernels, Tensor, MR};
 use crate::dtype::DType;
 use crate::ggml::sys;
@@ -51,35 +51,12 @@ impl CpuKernels {
         }
         let ow = ConvGeometry::out_len(w, g.kernel.0, g.stride.0, g.pad.0, g.dilation.0)?;
         let oh = ConvGeometry::out_len(h, g.kernel.1, g.stride.1, g.pad.1, g.dilation.1)?;
-        let mut args: Vec<_> = [Some(pixels), Some(matrix), bias]
+        let args: Vec<_> = [Some(pixels), Some(matrix), bias]
             .into_iter()
             .flatten()
-            .map(|t| t.raw())
             .collect();
-        // SAFETY: live tensors of this context; `compute` reads exactly these and writes the
-        // f32 [oc, ow, oh, n] result ggml allocates for the node.
-        let out = unsafe {
-            sys::ggml_custom_4d(
-                ctx.raw(),
-                DType::F32.raw(),
-                oc as i64,
-                ow as i64,
-                oh as i64,
-                n as i64,
-                args.as_mut_ptr(),
-                args.len() as c_int,
-                Some(compute),
-                sys::GGML_N_TASKS_MAX,
-                std::ptr::null_mut(),
-            )
-        };
-        // SAFETY: `out` was just made; these op-param slots are past ggml's custom-op params.
-        unsafe {
-            for (i, v) in g.params().into_iter().enumerate() {
-                (*out).op_params[PARAM_BASE + i] = v as i32;
-            }
-        }
-        Some(ctx.wrap(out))
+        let ne = [oc, ow, oh, n];
+        Some(super::custom_node(ctx, ne, &args, compute, &g.op_params()))
     }
 }
 

@@ -19,25 +19,13 @@ impl super::CpuKernels {
         if x.ty() != DType::F32 || !x.is_contiguous() || n0 % 2 != 0 || n0 == 0 {
             return None;
         }
-        let mut args = [x.raw()];
-        // SAFETY: a live tensor of this context; `compute` reads only it and writes the f32
-        // [n0 / 2, n1, n2, n3] result ggml allocates for the node.
-        let out = unsafe {
-            sys::ggml_custom_4d(
-                ctx.raw(),
-                DType::F32.raw(),
-                (n0 / 2) as i64,
-                n1 as i64,
-                n2 as i64,
-                n3 as i64,
-                args.as_mut_ptr(),
-                1,
-                Some(compute),
-                sys::GGML_N_TASKS_MAX,
-                std::ptr::null_mut(),
-            )
-        };
-        Some(ctx.wrap(out))
+        Some(super::custom_node(
+            ctx,
+            [n0 / 2, n1, n2, n3],
+            &[x],
+            compute,
+            &[],
+        ))
     }
 }
 

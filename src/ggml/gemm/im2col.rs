@@ -11,8 +11,7 @@ use super::{Context, CpuKernels, Tensor};
 use crate::dtype::DType;
 use crate::ggml::sys;
 
-/// First op-param slot past ggml's custom-op parameters (function, tasks, userdata).
-pub(super) const PARAM_BASE: usize = 8;
+use super::PARAM_BASE;
 
 /// Kernel size, stride, padding and dilation, (x, y) each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +23,11 @@ pub struct ConvGeometry {
 }
 
 impl ConvGeometry {
+    /// The geometry as a custom node's op params (checked to fit in i32 before).
+    pub(super) fn op_params(self) -> [i32; 8] {
+        self.params().map(|v| v as i32)
+    }
+
     pub(super) fn params(self) -> [usize; 8] {
         [
             self.kernel.0,
@@ -86,31 +90,13 @@ impl CpuKernels {
         let ow = ConvGeometry::out_len(w, g.kernel.0, g.stride.0, g.pad.0, g.dilation.0)?;
         let oh = ConvGeometry::out_len(h, g.kernel.1, g.stride.1, g.pad.1, g.dilation.1)?;
         let k = c * g.kernel.0 * g.kernel.1;
-        let mut args = [x.raw()];
-        // SAFETY: a live tensor of this context; `compute` reads only it and writes the f32
-        // [k, ow, oh, n] result ggml allocates for the node.
-        let out = unsafe {
-            sys::ggml_custom_4d(
-                ctx.raw(),
-                DType::F32.raw(),
-                k as i64,
-                ow as i64,
-                oh as i64,
-                n as i64,
-                args.as_mut_ptr(),
-                1,
-                Some(compute),
-                sys::GGML_N_TASKS_MAX,
-                std::ptr::null_mut(),
-            )
-        };
-        // SAFETY: `out` was just made; these op-param slots are past ggml's custom-op params.
-        unsafe {
-            for (i, v) in g.params().into_iter().enumerate() {
-                (*out).op_params[PARAM_BASE + i] = v as i32;
-            }
-        }
-        Some(ctx.wrap(out))
+        Some(super::custom_node(
+            ctx,
+            [k, ow, oh, n],
+            &[x],
+            compute,
+            &g.op_params(),
+        ))
     }
 }
 

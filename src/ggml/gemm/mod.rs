@@ -245,6 +245,51 @@ impl CpuKernels {
     }
 }
 
+/// The body of a custom op: ggml calls it on each of its threads with the node.
+type OpBody = unsafe extern "C" fn(*mut sys::ggml_tensor, c_int, c_int, *mut std::ffi::c_void);
+
+/// First op-param slot free after ggml's own custom-op parameters (function, tasks, data).
+const PARAM_BASE: usize = 8;
+
+/// A custom node: f32 of shape `ne` over the sources `args`, computed by `body` on every
+/// thread, with `params` in the op-param slots from [`PARAM_BASE`] (at most eight).
+fn custom_node<'c>(
+    ctx: &'c Context,
+    ne: [usize; 4],
+    args: &[Tensor<'c>],
+    body: OpBody,
+    params: &[i32],
+) -> Tensor<'c> {
+    assert!(args.len() <= 8 && params.len() <= 8, "custom op arguments");
+    let mut raw: Vec<_> = args.iter().map(|t| t.raw()).collect();
+    let ne = ne.map(|v| v as i64);
+    // SAFETY: live tensors of this context; `body` reads exactly these sources and writes
+    // the f32 result of shape `ne` that ggml allocates for the node.
+    let out = unsafe {
+        sys::ggml_custom_4d(
+            ctx.raw(),
+            DType::F32.raw(),
+            ne[0],
+            ne[1],
+            ne[2],
+            ne[3],
+            raw.as_mut_ptr(),
+            raw.len() as c_int,
+            Some(body),
+            sys::GGML_N_TASKS_MAX,
+            std::ptr::null_mut(),
+        )
+    };
+    // SAFETY: `out` was just made; these slots lie past ggml's custom-op parameters and
+    // within its 16 op-param words.
+    unsafe {
+        for (i, &v) in params.iter().enumerate() {
+            (*out).op_params[PARAM_BASE + i] = v;
+        }
+    }
+    ctx.wrap(out)
+}
+
 /// Elements per q8_0 block (ggml's QK8_0).
 fn q8_block() -> usize {
     DType::Q8_0.block_size()

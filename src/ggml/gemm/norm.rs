@@ -11,13 +11,13 @@ use crate::dtype::DType;
 use crate::ggml::context::{Context, Tensor};
 use crate::ggml::sys;
 
-/// Op-param slots past ggml's custom-op parameters.
-const PARAM_GROUPS: usize = 8;
-const PARAM_EPS: usize = 9;
+/// Op-param slots (as `custom_node` writes them from `PARAM_BASE`).
+const PARAM_GROUPS: usize = super::PARAM_BASE;
+const PARAM_EPS: usize = super::PARAM_BASE + 1;
 /// GroupNorm: 1 when SiLU follows.
-const PARAM_SILU: usize = 10;
+const PARAM_SILU: usize = super::PARAM_BASE + 2;
 /// LayerNorm: bit 0 set when it has a weight (source 1), bit 1 a bias (the next source).
-const PARAM_AFFINE: usize = 10;
+const PARAM_AFFINE: usize = super::PARAM_BASE + 2;
 
 impl super::CpuKernels {
     /// `nn.GroupNorm(groups, C, eps)` over x [W, H, C, N] (f32, contiguous) with per-channel
@@ -48,15 +48,14 @@ impl super::CpuKernels {
         if !ok {
             return None;
         }
-        let mut args = [x.raw(), weight.raw(), bias.raw()];
-        let out = custom(ctx, x, &mut args, group_norm_op);
-        // SAFETY: `out` was just made; these op-param slots are past ggml's custom-op params.
-        unsafe {
-            (*out).op_params[PARAM_GROUPS] = groups as i32;
-            (*out).op_params[PARAM_EPS] = eps.to_bits() as i32;
-            (*out).op_params[PARAM_SILU] = i32::from(silu);
-        }
-        Some(ctx.wrap(out))
+        let params = [groups as i32, eps.to_bits() as i32, i32::from(silu)];
+        Some(super::custom_node(
+            ctx,
+            x.ne(),
+            &[x, weight, bias],
+            group_norm_op,
+            &params,
+        ))
     }
 
     /// `nn.LayerNorm` over ne[0] of x (f32, contiguous) times `weight` plus `bias` ([ne0]
@@ -76,46 +75,16 @@ impl super::CpuKernels {
         if x.ty() != DType::F32 || !x.is_contiguous() || !per_column(weight) || !per_column(bias) {
             return None;
         }
-        let mut args: Vec<_> = [Some(x), weight, bias]
-            .into_iter()
-            .flatten()
-            .map(|t| t.raw())
-            .collect();
-        let out = custom(ctx, x, &mut args, layer_norm_op);
-        // SAFETY: `out` was just made; these op-param slots are past ggml's custom-op params.
-        unsafe {
-            (*out).op_params[PARAM_EPS] = eps.to_bits() as i32;
-            (*out).op_params[PARAM_AFFINE] =
-                i32::from(weight.is_some()) | (i32::from(bias.is_some()) << 1);
-        }
-        Some(ctx.wrap(out))
-    }
-}
-
-/// A custom node shaped like `x` over `args`.
-fn custom<'c>(
-    ctx: &'c Context,
-    x: Tensor<'c>,
-    args: &mut [*mut sys::ggml_tensor],
-    op: unsafe extern "C" fn(*mut sys::ggml_tensor, c_int, c_int, *mut c_void),
-) -> *mut sys::ggml_tensor {
-    let ne = x.ne().map(|v| v as i64);
-    // SAFETY: live tensors of this context (at most three, within ggml's source slots); the
-    // op reads exactly these and writes the f32 result of x's shape that ggml allocates.
-    unsafe {
-        sys::ggml_custom_4d(
-            ctx.raw(),
-            DType::F32.raw(),
-            ne[0],
-            ne[1],
-            ne[2],
-            ne[3],
-            args.as_mut_ptr(),
-            args.len() as c_int,
-            Some(op),
-            sys::GGML_N_TASKS_MAX,
-            std::ptr::null_mut(),
-        )
+        let args: Vec<_> = [Some(x), weight, bias].into_iter().flatten().collect();
+        let affine = i32::from(weight.is_some()) | (i32::from(bias.is_some()) << 1);
+        let params = [0, eps.to_bits() as i32, affine];
+        Some(super::custom_node(
+            ctx,
+            x.ne(),
+            &args,
+            layer_norm_op,
+            &params,
+        ))
     }
 }
 

@@ -19,25 +19,7 @@ impl CpuKernels {
             return None;
         }
         let [a, b, c, d] = x.ne();
-        let mut args = [x.raw()];
-        // SAFETY: a live tensor of this context; `compute` reads only it and writes the f32
-        // [b, a, c, d] result ggml allocates for the node.
-        let out = unsafe {
-            sys::ggml_custom_4d(
-                ctx.raw(),
-                DType::F32.raw(),
-                b as i64,
-                a as i64,
-                c as i64,
-                d as i64,
-                args.as_mut_ptr(),
-                1,
-                Some(compute),
-                sys::GGML_N_TASKS_MAX,
-                std::ptr::null_mut(),
-            )
-        };
-        Some(ctx.wrap(out))
+        Some(super::custom_node(ctx, [b, a, c, d], &[x], compute, &[]))
     }
 }
 
