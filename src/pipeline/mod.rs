@@ -69,6 +69,44 @@ pub(crate) fn start_latent(
     Ok((schedule.noise_scaling(first, &noise, &start)?, sigmas))
 }
 
+/// What every family's sampling takes from its request.
+pub(crate) struct SampleJob<'a> {
+    pub plan: &'a crate::sampling::SamplingPlan,
+    pub guidance: crate::sampling::Guidance,
+    pub noise_rng: &'a mut dyn crate::rng::Rng,
+    pub sampler_rng: &'a mut dyn crate::rng::Rng,
+    /// img2img: the init image's sampler latent and `--strength`.
+    pub init: Option<(&'a crate::tensor::HostTensor, f32)>,
+}
+
+/// The sampling every family shares: the start latent ([`start_latent`]), the guided denoiser
+/// over `model` with a progress bar, the sampler. `shape` is the latent's (w, h, channels).
+/// Returns the final latent and the number of steps run.
+pub(crate) fn denoise<M: crate::sampling::GuidedModel>(
+    model: M,
+    prediction: crate::sampling::Prediction,
+    schedule: &crate::sampling::ModelSchedule,
+    job: SampleJob<'_>,
+    shape: (usize, usize, usize),
+) -> crate::error::Result<(Vec<f32>, usize)> {
+    let sigmas = job.plan.sigmas(schedule)?;
+    let (x0, sigmas) = start_latent(schedule, sigmas, job.noise_rng, shape, job.init)?;
+    let steps = sigmas.len().saturating_sub(1);
+    let mut progress = crate::progress::Progress::new("sampling", steps);
+    let mut on_step = |s| progress.set(s);
+    let mut denoiser = crate::sampling::GuidedDenoiser {
+        model,
+        prediction,
+        schedule,
+        guidance: job.guidance,
+        on_step: &mut on_step,
+    };
+    let latent = job
+        .plan
+        .run(schedule, &mut denoiser, x0, &sigmas, job.sampler_rng)?;
+    Ok((latent, steps))
+}
+
 /// The tail of the schedule img2img samples along (upstream sd-cli's rule): with `strength`
 /// s over n steps, t = min(floor(s·n), n − 1) and sampling runs the last t + 1 steps; s = 1 is
 /// the whole schedule, s = 0 still runs the final step.

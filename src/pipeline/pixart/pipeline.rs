@@ -26,12 +26,13 @@ use crate::pipeline::family::{
 };
 use crate::pipeline::prompt::PromptTemplate;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
+use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::runner::{Loaded, Runner, StoreSource};
 use crate::sampling::{
-    DiscreteSigmas, Guidance, GuidedDenoiser, GuidedModel, ModelCall, ModelSchedule, Prediction,
-    Predictions, SamplingPlan,
+    DiscreteSigmas, Guidance, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions,
+    SamplingPlan,
 };
 use crate::tensor::HostTensor;
 use crate::tokenizers::{find_t5_tokenizer, from_gguf_vocab, load_t5_tokenizer, T5Tokenizer};
@@ -327,34 +328,23 @@ impl PixArtPipeline {
         let lat_c = self.dit.model.config().in_channels;
         let scale = self.vae.scale_factor();
         let (lw, lh) = (req.width / scale, req.height / scale);
-        let (x0, sigmas) = crate::pipeline::start_latent(
-            &self.schedule,
-            req.plan.sigmas(&self.schedule)?,
-            req.noise_rng,
-            (lw, lh, lat_c),
-            req.init,
-        )?;
-
         let t1 = Instant::now();
-        let steps = sigmas.len().saturating_sub(1);
-        let mut progress = Progress::new("sampling", steps);
-        let mut on_step = |s| progress.set(s);
-        let mut denoiser = GuidedDenoiser {
-            model: PixArtModel {
-                pipe: self,
-                context: &context,
-                mask: mask.as_deref(),
-                lat: (lw, lh, lat_c),
-                image: (req.width, req.height),
-            },
-            prediction: self.prediction,
-            schedule: &self.schedule,
-            guidance: req.guidance,
-            on_step: &mut on_step,
+        let model = PixArtModel {
+            pipe: self,
+            context: &context,
+            mask: mask.as_deref(),
+            lat: (lw, lh, lat_c),
+            image: (req.width, req.height),
         };
-        let latent = req
-            .plan
-            .run(&self.schedule, &mut denoiser, x0, &sigmas, req.sampler_rng)?;
+        let job = SampleJob {
+            plan: req.plan,
+            guidance: req.guidance,
+            noise_rng: req.noise_rng,
+            sampler_rng: req.sampler_rng,
+            init: req.init,
+        };
+        let (latent, steps) =
+            denoise(model, self.prediction, &self.schedule, job, (lw, lh, lat_c))?;
         let mib = |b: usize| b as f64 / 1048576.0;
         let (t5, dit) = (&self.t5.runner, &self.dit.runner);
         log::debug!(

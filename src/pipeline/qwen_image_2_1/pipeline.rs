@@ -36,13 +36,13 @@ use crate::pipeline::family::{
 };
 use crate::pipeline::memo::Memo;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
+use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::runner::{Loaded, Runner, StoreSource};
 use crate::sampling::schedules::FluxScheduleParams;
 use crate::sampling::{
-    Guidance, GuidedDenoiser, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions,
-    SamplingPlan,
+    Guidance, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions, SamplingPlan,
 };
 use crate::tensor::HostTensor;
 use crate::tokenizers::{
@@ -330,35 +330,25 @@ impl QwenImage21Pipeline {
         if plan.schedule_opts.flux == FluxScheduleParams::FLUX {
             plan.schedule_opts.flux = FluxScheduleParams::QWEN_IMAGE_2_1;
         }
-        let (x0, sigmas) = crate::pipeline::start_latent(
-            &schedule,
-            plan.sigmas(&schedule)?,
-            req.noise_rng,
-            (lw, lh, c),
-            req.init,
-        )?;
-
         let t1 = Instant::now();
-        let steps = sigmas.len().saturating_sub(1);
-        let mut progress = Progress::new("sampling", steps);
-        let mut on_step = |s| progress.set(s);
-        let mut denoiser = GuidedDenoiser {
-            model: QwenModel {
-                pipe: self,
-                cond: &cond,
-                uncond: uncond.as_ref(),
-                lat: [lw, lh, c, 1],
-            },
-            prediction: self.prediction,
-            schedule: &schedule,
-            guidance: req.guidance,
-            on_step: &mut on_step,
+        let model = QwenModel {
+            pipe: self,
+            cond: &cond,
+            uncond: uncond.as_ref(),
+            lat: [lw, lh, c, 1],
         };
-        let result = plan.run(&schedule, &mut denoiser, x0, &sigmas, req.sampler_rng);
+        let job = SampleJob {
+            plan: &plan,
+            guidance: req.guidance,
+            noise_rng: req.noise_rng,
+            sampler_rng: req.sampler_rng,
+            init: req.init,
+        };
+        let result = denoise(model, self.prediction, &schedule, job, (lw, lh, c));
         if !req.keep_prefix_cache || result.is_err() {
             self.release_prefix_cache();
         }
-        let latent = result?;
+        let (latent, steps) = result?;
         log::debug!(
             "qwen_image_2_1: condition {condition_secs:.2}s, sampling {:.2}s ({steps} steps)",
             t1.elapsed().as_secs_f64()

@@ -21,11 +21,10 @@ use crate::models::vae::taesd::Taesd;
 use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::vae::{LatentNorm, VaeStage};
+use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
-use crate::sampling::{
-    GuidedDenoiser, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions,
-};
+use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
 use crate::tensor::HostTensor;
 use crate::tokenizers::clip::ClipTokenizer;
 
@@ -402,33 +401,22 @@ impl SdPipeline {
         let lat_c = self.unet.model.config().in_channels;
         let scale = self.vae.scale_factor();
         let (lw, lh) = (req.width / scale, req.height / scale);
-        let (x0, sigmas) = crate::pipeline::start_latent(
-            &self.schedule,
-            req.plan.sigmas(&self.schedule)?,
-            req.noise_rng,
-            (lw, lh, lat_c),
-            req.init,
-        )?;
-
         let t1 = Instant::now();
-        let steps = sigmas.len().saturating_sub(1);
-        let mut progress = Progress::new("sampling", steps);
-        let mut on_step = |s| progress.set(s);
-        let mut denoiser = GuidedDenoiser {
-            model: UNetModel {
-                pipe: self,
-                cond: (&cond.context, y_cond.as_deref()),
-                uncond: uncond.as_ref().map(|u| (&u.context, y_uncond.as_deref())),
-                lat: (lw, lh, lat_c),
-            },
-            prediction: self.prediction,
-            schedule: &self.schedule,
-            guidance: req.guidance,
-            on_step: &mut on_step,
+        let model = UNetModel {
+            pipe: self,
+            cond: (&cond.context, y_cond.as_deref()),
+            uncond: uncond.as_ref().map(|u| (&u.context, y_uncond.as_deref())),
+            lat: (lw, lh, lat_c),
         };
-        let latent = req
-            .plan
-            .run(&self.schedule, &mut denoiser, x0, &sigmas, req.sampler_rng)?;
+        let job = SampleJob {
+            plan: req.plan,
+            guidance: req.guidance,
+            noise_rng: req.noise_rng,
+            sampler_rng: req.sampler_rng,
+            init: req.init,
+        };
+        let (latent, steps) =
+            denoise(model, self.prediction, &self.schedule, job, (lw, lh, lat_c))?;
         let mib = |b: usize| b as f64 / 1048576.0;
         let unet = &self.unet.runner;
         log::debug!(
