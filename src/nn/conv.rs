@@ -29,14 +29,9 @@ impl Conv2d {
             [kernel, kernel, in_channels, out_channels],
             Storage::Float,
         )?;
-        let bias = if bias {
-            Some(wb.get("bias", [out_channels, 1, 1, 1], Storage::F32)?)
-        } else {
-            None
-        };
         Ok(Self {
             weight,
-            bias,
+            bias: declare_bias(wb, out_channels, bias)?,
             out_channels,
             stride,
             padding,
@@ -60,14 +55,9 @@ impl Conv2d {
             [kernel * kernel * in_channels, out_channels, 1, 1],
             Storage::Matrix,
         )?;
-        let bias = if bias {
-            Some(wb.get("bias", [out_channels, 1, 1, 1], Storage::F32)?)
-        } else {
-            None
-        };
         Ok(Self {
             weight,
-            bias,
+            bias: declare_bias(wb, out_channels, bias)?,
             out_channels,
             stride,
             padding,
@@ -97,4 +87,14 @@ impl Conv2d {
             None => y,
         }
     }
+}
+
+/// The [OC] f32 bias, when the conv has one.
+fn declare_bias(
+    wb: &WeightBuilder<'_, '_>,
+    out_channels: usize,
+    bias: bool,
+) -> Result<Option<Param>, RunnerError> {
+    bias.then(|| wb.get("bias", [out_channels, 1, 1, 1], Storage::F32))
+        .transpose()
 }
