@@ -115,20 +115,6 @@ fn stages_match_diffusers() {
     );
 }
 
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let mse: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        f64::INFINITY
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
-}
-
 #[test]
 fn sd_cli_run_matches_diffusers_image() {
     let reference = open_fixture("pixart_pipeline/reference.safetensors");

@@ -151,21 +151,6 @@ fn prefix_cache_on_and_off_agree() {
     assert_close("cache on vs off", &a, &b, 1e-4);
 }
 
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let mse: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        f64::INFINITY
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
-}
-
 fn sd_cli(out: &Path, extra: &[&str]) -> Output {
     let d = dir();
     let path = |f: &str| d.join(f).to_str().unwrap().to_string();

@@ -127,21 +127,6 @@ fn sizes_must_be_multiples_of_32() {
     assert!(e.contains("multiple of 32"), "{e}");
 }
 
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let mse: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        f64::INFINITY
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
-}
-
 fn sd_cli(out: &Path, extra: &[&str]) -> Output {
     sd_cli_seed(out, "42", extra)
 }

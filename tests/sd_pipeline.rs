@@ -67,21 +67,6 @@ fn load(files: &ComponentFiles, plan: &BackendPlan, clip_skip: Option<u32>) -> S
     .expect("pipeline loads")
 }
 
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let mse = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        f64::INFINITY
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
-    }
-}
-
 /// A reference image [3, H, W] in [0, 1] as interleaved RGB bytes.
 fn reference_png(rel: &str) -> (usize, usize, Vec<u8>) {
     let want = tensor(&open_fixture(rel), "image");

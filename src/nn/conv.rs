@@ -24,19 +24,8 @@ impl Conv2d {
         padding: usize,
         bias: bool,
     ) -> Result<Self, RunnerError> {
-        let weight = wb.get(
-            "weight",
-            [kernel, kernel, in_channels, out_channels],
-            Storage::Float,
-        )?;
-        Ok(Self {
-            weight,
-            bias: declare_bias(wb, out_channels, bias)?,
-            out_channels,
-            stride,
-            padding,
-            matrix_kernel: None,
-        })
+        let shape = (in_channels, out_channels, kernel);
+        Self::declare(wb, shape, (stride, padding), bias, false)
     }
 
     /// Like [`Conv2d::new`], with the kernel kept as a matrix, so that `--type` converts it
@@ -50,18 +39,34 @@ impl Conv2d {
         padding: usize,
         bias: bool,
     ) -> Result<Self, RunnerError> {
-        let weight = wb.get(
-            "weight",
-            [kernel * kernel * in_channels, out_channels, 1, 1],
-            Storage::Matrix,
-        )?;
+        let shape = (in_channels, out_channels, kernel);
+        Self::declare(wb, shape, (stride, padding), bias, true)
+    }
+
+    fn declare(
+        wb: &WeightBuilder<'_, '_>,
+        (in_channels, out_channels, kernel): (usize, usize, usize),
+        (stride, padding): (usize, usize),
+        bias: bool,
+        matrix: bool,
+    ) -> Result<Self, RunnerError> {
+        let weight = if matrix {
+            let ne = [kernel * kernel * in_channels, out_channels, 1, 1];
+            wb.get("weight", ne, Storage::Matrix)?
+        } else {
+            let ne = [kernel, kernel, in_channels, out_channels];
+            wb.get("weight", ne, Storage::Float)?
+        };
+        let bias = bias
+            .then(|| wb.get("bias", [out_channels, 1, 1, 1], Storage::F32))
+            .transpose()?;
         Ok(Self {
             weight,
-            bias: declare_bias(wb, out_channels, bias)?,
+            bias,
             out_channels,
             stride,
             padding,
-            matrix_kernel: Some(kernel),
+            matrix_kernel: matrix.then_some(kernel),
         })
     }
 
@@ -87,14 +92,4 @@ impl Conv2d {
             None => y,
         }
     }
-}
-
-/// The [OC] f32 bias, when the conv has one.
-fn declare_bias(
-    wb: &WeightBuilder<'_, '_>,
-    out_channels: usize,
-    bias: bool,
-) -> Result<Option<Param>, RunnerError> {
-    bias.then(|| wb.get("bias", [out_channels, 1, 1, 1], Storage::F32))
-        .transpose()
 }

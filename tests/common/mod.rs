@@ -208,3 +208,19 @@ pub fn assemble_checkpoint(
     sd_cli::weights::safetensors::write_safetensors(&out, &Default::default(), &items).unwrap();
     out
 }
+
+/// PSNR in dB between two 8-bit images of the same size (∞ when identical).
+pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len(), "images of different sizes");
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
