@@ -18,29 +18,9 @@ use sd_cli::models::dit::pixart::{PixArt, PixArtConfig, PixArtInputs, PosEmbedPa
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::weights::TensorStore;
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(str::to_string)
-        })
-        .and_then(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+#[path = "common/mod.rs"]
+mod common;
+use common::{arg, field, peak_rss_mb};
 
 /// Child mode: load with `ty`, run one warm-up and one timed step, print the figures.
 fn run_variant(dir: &Path, variant: &str, threads: usize) {
@@ -107,16 +87,6 @@ fn run_variant(dir: &Path, variant: &str, threads: usize) {
         "ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0}",
         peak_rss_mb()
     );
-}
-
-fn field(text: &str, key: &str) -> Option<f64> {
-    let mut it = text.split_whitespace();
-    while let Some(w) = it.next() {
-        if w == key {
-            return it.next()?.parse().ok();
-        }
-    }
-    None
 }
 
 fn main() {

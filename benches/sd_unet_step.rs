@@ -20,29 +20,9 @@ use sd_cli::models::unet::{UNet, UNetConfig, UNetHparams};
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::weights::TensorStore;
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(str::to_string)
-        })
-        .and_then(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+#[path = "common/mod.rs"]
+mod common;
+use common::{arg, field, peak_rss_mb};
 
 /// Latent side and context width of each model.
 fn shape(model: &str) -> (usize, usize) {
@@ -121,16 +101,6 @@ fn run_variant(model: &str, dir: &Path, variant: &str, threads: usize, reps: usi
         "ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0} load_rss_mb {load_peak:.0}",
         peak_rss_mb()
     );
-}
-
-fn field(text: &str, key: &str) -> Option<f64> {
-    let mut it = text.split_whitespace();
-    while let Some(w) = it.next() {
-        if w == key {
-            return it.next()?.parse().ok();
-        }
-    }
-    None
 }
 
 /// Upstream's per-step sampling time from its `-v` log ("sampling completed, taking X s" over
