@@ -25,6 +25,8 @@ pub enum Error {
     Tiling(#[from] crate::models::vae::tiling::TilingError),
     #[error(transparent)]
     Shape(#[from] crate::tensor::ShapeError),
+    #[error(transparent)]
+    Lora(#[from] crate::pipeline::lora::LoraError),
     #[error("{flag}: {reason}")]
     Flag { flag: String, reason: String },
     #[error("{path}: {reason}")]

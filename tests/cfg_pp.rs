@@ -59,6 +59,7 @@ fn pixart_cfg_pp_matches_the_transcription() {
             prediction: None,
             clip_skip: None,
             embd_dir: None,
+            lora: None,
         },
     )
     .unwrap();

@@ -61,6 +61,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan) -> PixArtPipeline {
             prediction: None,
             clip_skip: None,
             embd_dir: None,
+            lora: None,
         },
     )
     .expect("pipeline loads")

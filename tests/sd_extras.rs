@@ -92,6 +92,7 @@ fn load(model: &Path, embd_dir: Option<&Path>) -> SdPipeline {
             prediction: None,
             clip_skip: None,
             embd_dir,
+            lora: None,
         },
     )
     .expect("pipeline loads")

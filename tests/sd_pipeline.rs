@@ -62,6 +62,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan, clip_skip: Option<u32>) -> S
             prediction: None,
             clip_skip,
             embd_dir: None,
+            lora: None,
         },
     )
     .expect("pipeline loads")

@@ -30,6 +30,7 @@ fn vae_stage(budget: Option<usize>) -> VaeStage {
             memory_budget: budget,
             ..RunOptions::default()
         },
+        adapters: None,
     };
     let vae = Runner::load("vae", &src, opts, |wb| -> Result<_, RunnerError> {
         AutoencoderKl::new(wb, AutoencoderKlConfig::detect(wb)?)

@@ -157,6 +157,8 @@ pub struct RunConfig {
     pub model_args: ModelArgs,
     /// `--prediction`: overrides the family's detection.
     pub prediction: Option<Prediction>,
+    /// `--lora-apply-mode`.
+    pub lora_apply_mode: crate::pipeline::lora::LoraApplyMode,
     /// From `-p` or `--prompt-file`.
     pub prompt: String,
     /// From `-n` or `--negative-prompt-file`.

@@ -41,6 +41,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     };
     let mut files = ComponentFiles::new(family.name()).with(ComponentId::Diffusion, diffusion);
     files.open_missing(family.components(), &cfg.models, needs)?;
+    let loras = super::lora::prepare(cfg, family, &files)?;
     let backends = BackendPlan::new(cfg.runtime.backends.clone(), cfg.runtime.threads as usize);
     let ctx = LoadContext {
         backends: &backends,
@@ -53,12 +54,22 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         prediction: cfg.prediction,
         clip_skip: cfg.clip_skip,
         embd_dir: cfg.models.embd_dir.as_deref(),
+        lora: loras.set.clone(),
     };
     let mut generator = family.load(&files, &ctx)?;
     drop(files);
+    if let Some(set) = &loras.set {
+        set.check_matched(family.name())?;
+    }
     log::debug!("models loaded in {:.2}s", t_load.elapsed().as_secs_f64());
 
-    let result = run_batch(cfg, family, generator.as_mut(), init.as_ref(), &refs);
+    let inputs = RunInputs {
+        prompt: &loras.prompt,
+        loras: super::lora::metadata(loras.set.as_deref())?,
+        init: init.as_ref(),
+        refs: &refs,
+    };
+    let result = run_batch(cfg, family, generator.as_mut(), &inputs);
     generator.finish();
     result
 }
@@ -112,15 +123,25 @@ fn output_size(
     rule.apply(w, h)
 }
 
+/// What the batch reads besides the configuration.
+struct RunInputs<'a> {
+    /// `-p` without its LoRA tags.
+    prompt: &'a str,
+    /// (name, weight, hash) of each LoRA, for the metadata.
+    loras: Vec<(String, f32, String)>,
+    init: Option<&'a Image>,
+    refs: &'a [Image],
+}
+
 /// Generates the batch: image i uses seed + i (upstream rule) with fresh noise and sampler
 /// RNGs, and is written with its metadata as soon as it is done.
 fn run_batch(
     cfg: &RunConfig,
     family: &dyn Family,
     generator: &mut dyn Generator,
-    init: Option<&Image>,
-    refs: &[Image],
+    inputs: &RunInputs<'_>,
 ) -> Result<()> {
+    let (init, refs) = (inputs.init, inputs.refs);
     let (width, height) = output_size(cfg, family, generator, init, refs)?;
     let defaults = family.defaults();
     let plan = cfg.plan(&defaults);
@@ -140,6 +161,7 @@ fn run_batch(
         guidance: cfg.guidance(&defaults),
         text_encoders: text_encoder_names(cfg, family),
         strength: init.is_some().then_some(cfg.strength),
+        loras: inputs.loras.clone(),
     };
     for i in 0..cfg.batch_count {
         let seed = cfg.seed.wrapping_add(i as i64);
@@ -149,7 +171,7 @@ fn run_batch(
         let image = generator.generate(ImageJob {
             index: i,
             more_follow: i + 1 < cfg.batch_count,
-            prompt: &cfg.prompt,
+            prompt: inputs.prompt,
             negative_prompt: &cfg.negative_prompt,
             guidance: info.guidance,
             plan: &plan,

@@ -6,6 +6,7 @@ mod config;
 mod convert;
 mod devices;
 mod generate;
+mod lora;
 mod metadata;
 mod output;
 pub mod output_path;

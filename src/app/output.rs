@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use super::RunConfig;
 use crate::error::{Error, Result};
-use crate::image_io::{base_name, write_generation_png, Channels, GenerationParams, Image};
+use crate::image_io::{
+    base_name, write_generation_png, Channels, GenerationParams, Image, LoraUse,
+};
 use crate::sampling::{Guidance, SamplingPlan};
 use crate::tensor::HostTensor;
 
@@ -19,6 +21,8 @@ pub(super) struct BatchInfo<'a> {
     pub text_encoders: Vec<String>,
     /// `--strength` when an init image was used.
     pub strength: Option<f32>,
+    /// (name, weight, short hash) of each LoRA.
+    pub loras: Vec<(String, f32, String)>,
 }
 
 fn file_name(p: &Option<std::path::PathBuf>) -> Option<String> {
@@ -87,6 +91,15 @@ pub(super) fn write(
         p.model_args = cfg.model_args.to_string();
         p.strength = batch.strength;
         p.clip_skip = cfg.clip_skip;
+        p.loras = batch
+            .loras
+            .iter()
+            .map(|(name, weight, hash)| LoraUse {
+                name: name.clone(),
+                weight: *weight,
+                hash: hash.clone(),
+            })
+            .collect();
         p
     });
     write_generation_png(&path, &to_png_image(image)?, params.as_ref())?;

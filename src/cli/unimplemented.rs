@@ -46,7 +46,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--ad-negative-prompt",
     "--extra-ad-args",
     "--tensor-type-rules",
-    "--lora-apply-mode",
     "--end-img",
     "--control-video",
     "--ref-video",

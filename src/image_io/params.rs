@@ -56,11 +56,22 @@ pub struct GenerationParams {
     pub vae: Option<String>,
     pub extra_sample_args: String,
     pub model_args: String,
+    /// The LoRAs applied (A1111's `Lora hashes`).
+    #[serde(default)]
+    pub loras: Vec<LoraUse>,
     /// Free-form extras (tiling, prefix cache type, ...).
     #[serde(default)]
     pub extra: serde_json::Map<String, serde_json::Value>,
     /// Program name and version.
     pub generator: String,
+}
+
+/// One LoRA of a run: its prompt name, summed weight and A1111 short hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct LoraUse {
+    pub name: String,
+    pub weight: f32,
+    pub hash: String,
 }
 
 /// C++ `std::to_string(float)`: fixed six decimals; inf/nan as glibc prints them.
@@ -173,6 +184,14 @@ impl GenerationParams {
         }
         if let Some(st) = self.strength {
             kv.push(format!("Denoising strength: {}", cpp_float(st)));
+        }
+        if !self.loras.is_empty() {
+            let hashes: Vec<String> = self
+                .loras
+                .iter()
+                .map(|l| format!("{}: {}", l.name, l.hash))
+                .collect();
+            kv.push(format!("Lora hashes: \"{}\"", hashes.join(", ")));
         }
         kv.push(format!("Version: {}", self.generator));
         s.push_str(&kv.join(", "));

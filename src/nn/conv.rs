@@ -1,5 +1,5 @@
 use crate::ggml::{ConvGeometry, Tensor};
-use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
+use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder, WeightRole};
 
 /// PyTorch `nn.Conv2d` (groups = 1); the kernel is [KW, KH, IC, OC] in ggml order, or the
 /// matrix [KW·KH·IC, OC] for [`Conv2d::new_matrix`].
@@ -50,12 +50,15 @@ impl Conv2d {
         bias: bool,
         matrix: bool,
     ) -> Result<Self, RunnerError> {
+        let role = WeightRole::Conv {
+            kernel: (kernel, kernel),
+        };
         let weight = if matrix {
             let ne = [kernel * kernel * in_channels, out_channels, 1, 1];
-            wb.get("weight", ne, Storage::Matrix)?
+            wb.get_as("weight", ne, Storage::Matrix, role)?
         } else {
             let ne = [kernel, kernel, in_channels, out_channels];
-            wb.get("weight", ne, Storage::Float)?
+            wb.get_as("weight", ne, Storage::Float, role)?
         };
         let bias = bias
             .then(|| wb.get("bias", [out_channels, 1, 1, 1], Storage::F32))
@@ -70,8 +73,13 @@ impl Conv2d {
         })
     }
 
-    /// x: [W, H, IC, N] → [W', H', OC, N].
+    /// x: [W, H, IC, N] → [W', H', OC, N] (plus the kernel's run-time adapter, if any).
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        let y = self.forward_plain(g, x);
+        g.adapt_conv(self.weight, x, y, self.stride, self.padding)
+    }
+
+    fn forward_plain<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
         let (s, p) = (self.stride, self.padding);
         if let Some(k) = self.matrix_kernel {
             let geometry = ConvGeometry {

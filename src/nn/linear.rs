@@ -1,5 +1,5 @@
 use crate::ggml::Tensor;
-use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
+use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder, WeightRole};
 
 /// `y = x W^T + b` (PyTorch `nn.Linear`); the weight is stored [in, out] in ggml order.
 #[derive(Clone, Copy, Debug)]
@@ -18,7 +18,8 @@ impl Linear {
         out_features: usize,
         bias: bool,
     ) -> Result<Self, RunnerError> {
-        let weight = wb.get("weight", [in_features, out_features, 1, 1], Storage::Any)?;
+        let ne = [in_features, out_features, 1, 1];
+        let weight = wb.get_as("weight", ne, Storage::Any, WeightRole::Linear)?;
         let bias = if bias {
             Some(wb.get("bias", [out_features, 1, 1, 1], Storage::F32)?)
         } else {
@@ -41,8 +42,9 @@ impl Linear {
         Self::new(wb, in_features, out_features, wb.contains("bias"))
     }
 
-    /// x: [in, ...] → [out, ...].
+    /// x: [in, ...] → [out, ...] (plus the weight's run-time adapter, if any).
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
-        g.linear(g.param(self.weight), x, self.bias.map(|b| g.param(b)))
+        let y = g.linear(g.param(self.weight), x, self.bias.map(|b| g.param(b)));
+        g.adapt_linear(self.weight, x, y)
     }
 }

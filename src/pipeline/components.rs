@@ -293,6 +293,13 @@ impl ComponentFiles {
         self
     }
 
+    /// Whether any component's file holds a quantized tensor.
+    pub fn any_quantized(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|(_, s)| s.store.iter().any(|t| t.dtype.is_quantized()))
+    }
+
     pub fn insert(&mut self, id: ComponentId, store: ComponentStore) {
         self.parts.retain(|(i, _)| *i != id);
         self.parts.push((id, store));

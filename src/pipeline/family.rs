@@ -3,6 +3,7 @@
 //! [`Generator`] it loads into, which the generic batch loop drives.
 
 use std::path::Path;
+use std::rc::Rc;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -16,6 +17,8 @@ use crate::sampling::{
 use crate::tensor::HostTensor;
 
 use super::components::{ComponentFiles, ComponentId, ComponentSpec, ComponentStore, Needs};
+use super::lora::names::AliasRule;
+use super::lora::LoraSet;
 use super::model_args::{ModelArgSpec, ModelArgs};
 use super::prompt::PromptTemplate;
 use super::ref_args::RefImageArgs;
@@ -39,6 +42,11 @@ pub trait Family: Sync {
     /// Refuses inputs it cannot use, before any weight is loaded.
     fn check_inputs(&self, _inputs: &InputSummary<'_>) -> Result<()> {
         Ok(())
+    }
+    /// The alias rules that give its weights the names LoRA files use for them
+    /// ([`super::lora::names`]); a weight's own name always matches.
+    fn lora_aliases(&self) -> &'static [AliasRule] {
+        &[]
     }
     /// Loads the pipeline from its components' files.
     fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>>;
@@ -122,6 +130,8 @@ pub struct LoadContext<'a> {
     pub clip_skip: Option<u32>,
     /// `--embd-dir`: textual-inversion embeddings named in prompts.
     pub embd_dir: Option<&'a Path>,
+    /// The run's LoRAs (from the prompt's `<lora:...>` tags).
+    pub lora: Option<Rc<LoraSet>>,
 }
 
 impl LoadContext<'_> {
@@ -141,6 +151,7 @@ impl LoadContext<'_> {
             backend: self.backends.backend(id.role())?,
             wtype: if converts { self.wtype } else { None },
             run: self.run_options(),
+            adapters: self.lora.as_ref().and_then(|l| l.for_component(id)),
         })
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod components;
 pub mod family;
+pub mod lora;
 mod memo;
 pub mod model_args;
 pub mod pixart;

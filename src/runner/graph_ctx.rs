@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::ops::Deref;
 
 use super::cache::{CacheStores, NamedCache};
-use super::weights::{ModelWeights, Param};
+use super::weights::{AdapterTensors, ModelWeights, Param};
 use crate::dtype::DType;
 use crate::ggml::{Context, CpuKernels, Graph, Tensor};
 use crate::tensor::Ne;
@@ -155,6 +155,46 @@ impl<'g> GraphCtx<'g> {
             .weights
             .expect("graph built without weights used a weight");
         w.tensor(p)
+    }
+
+    /// `y` (the product of `Linear` weight `p` with `x`) plus the product of its run-time
+    /// adapter (LoRA) with `x`, if it has one.
+    pub fn adapt_linear(&self, p: Param, x: Tensor<'g>, y: Tensor<'g>) -> Tensor<'g> {
+        let Some(adapter) = self.weights.and_then(|w| w.adapter(p)) else {
+            return y;
+        };
+        let d = match adapter {
+            AdapterTensors::LowRank { down, up } => {
+                let h = self.linear(down, x, None);
+                self.linear(up, h, None)
+            }
+            AdapterTensors::Full(delta) => self.linear(delta, x, None),
+        };
+        self.ctx.add(y, d)
+    }
+
+    /// `y` (the convolution of `x` by `Conv2d` kernel `p`) plus its run-time adapter's: the
+    /// down kernel with the layer's stride and padding, then the 1×1 up kernel.
+    pub fn adapt_conv(
+        &self,
+        p: Param,
+        x: Tensor<'g>,
+        y: Tensor<'g>,
+        stride: usize,
+        pad: usize,
+    ) -> Tensor<'g> {
+        let Some(adapter) = self.weights.and_then(|w| w.adapter(p)) else {
+            return y;
+        };
+        let (s, p) = ((stride, stride), (pad, pad));
+        let d = match adapter {
+            AdapterTensors::LowRank { down, up } => {
+                let h = self.conv_2d(down, x, s, p, (1, 1), false);
+                self.conv_2d(up, h, (1, 1), (0, 0), (1, 1), false)
+            }
+            AdapterTensors::Full(delta) => self.conv_2d(delta, x, s, p, (1, 1), false),
+        };
+        self.ctx.add(y, d)
     }
 
     /// An f32 input of shape `ne` (ggml order), filled from `data` at compute time.

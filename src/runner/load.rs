@@ -2,7 +2,9 @@
 
 use std::rc::Rc;
 
-use super::{RunOptions, Runner, RunnerError, WeightBuilder, WeightLoader, WeightSource};
+use super::{
+    RunOptions, Runner, RunnerError, WeightAdapters, WeightBuilder, WeightLoader, WeightSource,
+};
 use crate::dtype::DType;
 use crate::ggml::Backend;
 
@@ -14,6 +16,8 @@ pub struct LoadOptions {
     pub wtype: Option<DType>,
     /// The runner's options; `run.memory.offload_to_cpu` keeps the weights in host memory.
     pub run: RunOptions,
+    /// Weight adapters (LoRA) of this component.
+    pub adapters: Option<Rc<dyn WeightAdapters>>,
 }
 
 /// A model with the runner that owns its weights.
@@ -35,7 +39,7 @@ impl Runner {
     where
         E: From<RunnerError>,
     {
-        let loader = WeightLoader::new(source, opts.wtype);
+        let loader = WeightLoader::new(source, opts.wtype).with_adapters(opts.adapters.as_deref());
         let model = build(&loader.root(""))?;
         let weights = loader.finish_for(&opts.backend, name, &opts.run.memory)?;
         Ok(Loaded {

@@ -4,6 +4,7 @@
 //! allocates intermediates with ggml's graph allocator (reused across calls), computes,
 //! and copies the outputs back to the host.
 
+pub mod adapters;
 mod cache;
 mod error;
 mod graph_ctx;
@@ -26,6 +27,7 @@ pub use graph_cut::{MaxVram, MemoryOptions, RunReport, SegmentReport, VramLimit}
 pub use load::{LoadOptions, Loaded};
 pub use placement::{BackendPlan, BackendSpec, Role};
 
+pub use adapters::{AdapterMode, WeightAdapters, WeightRole};
 pub use source::{MemorySource, SourceTensor, StoreSource, WeightSource};
 pub use weights::{convert_f32, ModelWeights, Param, Storage, WeightBuilder, WeightLoader};
 

@@ -12,6 +12,10 @@ use std::collections::HashMap;
 use std::fmt::Display;
 use std::time::Instant;
 
+use super::adapters::{
+    merge_patches, runtime_factors, AdapterMode, DeclaredWeight, RuntimeAdapter, RuntimeFactors,
+    WeightAdapters, WeightPatch, WeightRole,
+};
 use super::error::RunnerError;
 use super::source::WeightSource;
 use crate::dtype::DType;
@@ -44,6 +48,7 @@ struct Decl {
     /// The file's [KW, KH, IC, OC] shape of a [`Storage::Matrix`] kernel whose rows are
     /// reordered channel-first on loading.
     conv_file_ne: Option<Ne>,
+    role: WeightRole,
 }
 
 /// Collects weight declarations for one model from one source.
@@ -51,6 +56,7 @@ pub struct WeightLoader<'s> {
     source: &'s dyn WeightSource,
     wtype: Option<DType>,
     decls: RefCell<Vec<Decl>>,
+    adapters: Option<&'s dyn WeightAdapters>,
 }
 
 impl<'s> WeightLoader<'s> {
@@ -60,7 +66,15 @@ impl<'s> WeightLoader<'s> {
             source,
             wtype,
             decls: RefCell::new(Vec::new()),
+            adapters: None,
         }
+    }
+
+    /// Patches the declared weights with `adapters` (LoRA): merged while loading, or kept as
+    /// run-time factors beside them, as the adapters' mode says.
+    pub fn with_adapters(mut self, adapters: Option<&'s dyn WeightAdapters>) -> Self {
+        self.adapters = adapters;
+        self
     }
 
     /// A builder at the root of the key tree (or at `prefix`, when non-empty).
@@ -104,7 +118,58 @@ impl<'s> WeightLoader<'s> {
         offload: bool,
     ) -> Result<ModelWeights, RunnerError> {
         let start = Instant::now();
-        let decls = self.decls.into_inner();
+        let mut decls = self.decls.into_inner();
+        let declared: Vec<DeclaredWeight> = decls
+            .iter()
+            .map(|d| DeclaredWeight {
+                name: d.name.clone(),
+                ne: d.conv_file_ne.unwrap_or(d.ne),
+                role: d.role,
+            })
+            .collect();
+        // Adapted weights: merged ones load through f32; run-time ones get factor tensors.
+        let mut merged = HashMap::new();
+        let mut runtime = Vec::new();
+        if let Some(adapters) = self.adapters {
+            let mode = adapters.mode();
+            for i in adapters.targets(&declared)? {
+                let patches = adapters.patches(&declared, i)?;
+                let beside = mode == AdapterMode::Runtime
+                    && declared[i].role != WeightRole::Plain
+                    && !patches.iter().any(|p| p.delta.needs_weight());
+                if beside {
+                    runtime.push((i, runtime_factors(&declared[i], &patches)));
+                } else {
+                    merged.insert(i, patches);
+                }
+            }
+        }
+        let n_model = decls.len();
+        let mut adapters = HashMap::new();
+        let mut factor_data = Vec::new();
+        for (i, factors) in runtime {
+            let mut add = |suffix: &str, ne: Ne, data: Vec<f32>| {
+                decls.push(Decl {
+                    name: format!("{}.{suffix}", decls[i].name),
+                    ne,
+                    ty: DType::F32,
+                    conv_file_ne: None,
+                    role: WeightRole::Plain,
+                });
+                factor_data.push(data);
+                decls.len() - 1
+            };
+            let adapter = match factors {
+                RuntimeFactors::LowRank { down, up } => RuntimeAdapter::LowRank {
+                    down: add("adapter_down", down.0, down.1),
+                    up: add("adapter_up", up.0, up.1),
+                },
+                RuntimeFactors::Full(ne, delta) => RuntimeAdapter::Full {
+                    delta: add("adapter_delta", ne, delta),
+                },
+            };
+            adapters.insert(i, adapter);
+        }
         let arena = Arena::new(decls.len().max(1))?;
         for d in &decls {
             arena
@@ -117,10 +182,22 @@ impl<'s> WeightLoader<'s> {
             arena.allocate(backend, what)?;
         }
         let mut bytes_total = 0usize;
-        for (i, d) in decls.iter().enumerate() {
+        for (i, d) in decls[..n_model].iter().enumerate() {
             let t = arena.get(i);
-            let bytes = load_tensor(self.source, d, t)?;
-            bytes_total += bytes;
+            let patches = merged.get(&i).map(Vec::as_slice);
+            bytes_total += load_tensor(self.source, d, t, patches)?;
+        }
+        for (k, data) in factor_data.iter().enumerate() {
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            arena.get(n_model + k).write_bytes(&bytes)?;
+            bytes_total += bytes.len();
+        }
+        if !merged.is_empty() || !adapters.is_empty() {
+            log::debug!(
+                "{what}: adapters merged into {} weights, applied at run time to {}",
+                merged.len(),
+                adapters.len()
+            );
         }
         log::debug!(
             "{what}: loaded {} tensors, {:.1} MiB {} {} in {:.2}s",
@@ -137,10 +214,17 @@ impl<'s> WeightLoader<'s> {
             bytes: bytes_total,
             offloaded: offload,
             index,
+            adapters,
         })
     }
 
-    fn declare(&self, name: String, want: Ne, storage: Storage) -> Result<Param, RunnerError> {
+    fn declare(
+        &self,
+        name: String,
+        want: Ne,
+        storage: Storage,
+        role: WeightRole,
+    ) -> Result<Param, RunnerError> {
         let src = self
             .source
             .tensor(&name)
@@ -168,6 +252,7 @@ impl<'s> WeightLoader<'s> {
             ne: want,
             ty,
             conv_file_ne,
+            role,
         });
         Ok(Param(decls.len() - 1))
     }
@@ -200,14 +285,19 @@ fn choose_type(
     }
 }
 
-fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usize, RunnerError> {
+fn load_tensor(
+    source: &dyn WeightSource,
+    d: &Decl,
+    t: Tensor<'_>,
+    patches: Option<&[WeightPatch]>,
+) -> Result<usize, RunnerError> {
     let src = source
         .tensor(&d.name)
         .ok_or_else(|| RunnerError::MissingTensor {
             key: d.name.clone(),
             origin: source.describe(),
         })?;
-    if src.ggml_type == Some(d.ty) && d.conv_file_ne.is_none() {
+    if src.ggml_type == Some(d.ty) && d.conv_file_ne.is_none() && patches.is_none() {
         if src.bytes.len() != t.n_bytes() {
             return Err(RunnerError::BadData {
                 key: d.name.clone(),
@@ -230,6 +320,20 @@ fn load_tensor(source: &dyn WeightSource, d: &Decl, t: Tensor<'_>) -> Result<usi
         origin: src.origin.clone(),
         reason,
     })?;
+    if let Some(patches) = patches {
+        let rows = d.conv_file_ne.unwrap_or(d.ne);
+        let dims = rows.iter().rposition(|&n| n != 1).map_or(1, |i| i + 1);
+        let n_rows = rows[dims - 1].max(1);
+        if values.len() % n_rows != 0 {
+            return Err(RunnerError::BadData {
+                key: d.name.clone(),
+                origin: src.origin,
+                reason: format!("{} values for shape {rows:?}", values.len()),
+            });
+        }
+        let cols = values.len() / n_rows;
+        merge_patches(&mut values, cols, patches);
+    }
     if let Some(file_ne) = d.conv_file_ne {
         if values.len() != file_ne.iter().product::<usize>() {
             return Err(RunnerError::BadData {
@@ -321,7 +425,20 @@ impl<'l, 's> WeightBuilder<'l, 's> {
 
     /// Declares a required weight with shape `ne` (ggml order).
     pub fn get(&self, name: &str, ne: Ne, storage: Storage) -> Result<Param, RunnerError> {
-        self.loader.declare(self.key(name), ne, storage)
+        self.loader
+            .declare(self.key(name), ne, storage, WeightRole::Plain)
+    }
+
+    /// Like [`WeightBuilder::get`] for a weight the model uses as `role` (a `Linear` or
+    /// `Conv2d` weight, which run-time adapters attach to).
+    pub fn get_as(
+        &self,
+        name: &str,
+        ne: Ne,
+        storage: Storage,
+        role: WeightRole,
+    ) -> Result<Param, RunnerError> {
+        self.loader.declare(self.key(name), ne, storage, role)
     }
 
     /// Declares a weight that may be absent.
@@ -367,6 +484,12 @@ impl<'l, 's> WeightBuilder<'l, 's> {
     }
 }
 
+/// A run-time adapter's tensors.
+pub(crate) enum AdapterTensors<'a> {
+    LowRank { down: Tensor<'a>, up: Tensor<'a> },
+    Full(Tensor<'a>),
+}
+
 /// A model's weights, in one backend buffer (or one host buffer when offloaded).
 pub struct ModelWeights {
     /// The weights and their memory (the arena releases device replicas, re-binding its
@@ -377,11 +500,24 @@ pub struct ModelWeights {
     offloaded: bool,
     /// Tensor identity → parameter index, for the graph-cut planner.
     index: HashMap<usize, usize>,
+    /// Run-time adapters by the index of the weight they adapt.
+    adapters: HashMap<usize, RuntimeAdapter>,
 }
 
 impl ModelWeights {
     pub fn tensor(&self, p: Param) -> Tensor<'_> {
         self.arena.get(p.0)
+    }
+
+    /// The run-time adapter of weight `p`, as (down, up) factors or one full difference.
+    pub(crate) fn adapter(&self, p: Param) -> Option<AdapterTensors<'_>> {
+        Some(match self.adapters.get(&p.0)? {
+            RuntimeAdapter::LowRank { down, up } => AdapterTensors::LowRank {
+                down: self.arena.get(*down),
+                up: self.arena.get(*up),
+            },
+            RuntimeAdapter::Full { delta } => AdapterTensors::Full(self.arena.get(*delta)),
+        })
     }
 
     /// The full key a parameter was declared under.

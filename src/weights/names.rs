@@ -177,55 +177,60 @@ pub struct MappedName {
     pub part: Option<(usize, usize)>,
 }
 
+/// diffusers → original PixArt names outside the blocks (prefixes).
+pub const PIXART_TOP: [(&str, &str); 11] = [
+    ("pos_embed.proj.", "x_embedder.proj."),
+    (
+        "adaln_single.emb.timestep_embedder.linear_1.",
+        "t_embedder.mlp.0.",
+    ),
+    (
+        "adaln_single.emb.timestep_embedder.linear_2.",
+        "t_embedder.mlp.2.",
+    ),
+    (
+        "adaln_single.emb.resolution_embedder.linear_1.",
+        "csize_embedder.mlp.0.",
+    ),
+    (
+        "adaln_single.emb.resolution_embedder.linear_2.",
+        "csize_embedder.mlp.2.",
+    ),
+    (
+        "adaln_single.emb.aspect_ratio_embedder.linear_1.",
+        "ar_embedder.mlp.0.",
+    ),
+    (
+        "adaln_single.emb.aspect_ratio_embedder.linear_2.",
+        "ar_embedder.mlp.2.",
+    ),
+    ("adaln_single.linear.", "t_block.1."),
+    ("caption_projection.linear_1.", "y_embedder.y_proj.fc1."),
+    ("caption_projection.linear_2.", "y_embedder.y_proj.fc2."),
+    ("proj_out.", "final_layer.linear."),
+];
+
+/// Part `i` of `n` equal row slices of a fused tensor.
+pub type FusedPart = Option<(usize, usize)>;
+
+/// diffusers block-relative prefix → original prefix, with the part of a fused tensor.
+pub const PIXART_BLOCK: [(&str, &str, FusedPart); 10] = [
+    ("attn1.to_q.", "attn.qkv.", Some((0, 3))),
+    ("attn1.to_k.", "attn.qkv.", Some((1, 3))),
+    ("attn1.to_v.", "attn.qkv.", Some((2, 3))),
+    ("attn1.to_out.0.", "attn.proj.", None),
+    ("attn2.to_q.", "cross_attn.q_linear.", None),
+    ("attn2.to_k.", "cross_attn.kv_linear.", Some((0, 2))),
+    ("attn2.to_v.", "cross_attn.kv_linear.", Some((1, 2))),
+    ("attn2.to_out.0.", "cross_attn.proj.", None),
+    ("ff.net.0.proj.", "mlp.fc1.", None),
+    ("ff.net.2.", "mlp.fc2.", None),
+];
+
 /// diffusers PixArt names (`PixArtTransformer2DModel`) → original PixArt repo names, without
 /// component prefix. Names outside the table come back unchanged. Same correspondence as
 /// stable-diffusion.cpp's PixArt name conversion.
 pub fn pixart_diffusers_to_original(name: &str) -> MappedName {
-    const TOP: [(&str, &str); 11] = [
-        ("pos_embed.proj.", "x_embedder.proj."),
-        (
-            "adaln_single.emb.timestep_embedder.linear_1.",
-            "t_embedder.mlp.0.",
-        ),
-        (
-            "adaln_single.emb.timestep_embedder.linear_2.",
-            "t_embedder.mlp.2.",
-        ),
-        (
-            "adaln_single.emb.resolution_embedder.linear_1.",
-            "csize_embedder.mlp.0.",
-        ),
-        (
-            "adaln_single.emb.resolution_embedder.linear_2.",
-            "csize_embedder.mlp.2.",
-        ),
-        (
-            "adaln_single.emb.aspect_ratio_embedder.linear_1.",
-            "ar_embedder.mlp.0.",
-        ),
-        (
-            "adaln_single.emb.aspect_ratio_embedder.linear_2.",
-            "ar_embedder.mlp.2.",
-        ),
-        ("adaln_single.linear.", "t_block.1."),
-        ("caption_projection.linear_1.", "y_embedder.y_proj.fc1."),
-        ("caption_projection.linear_2.", "y_embedder.y_proj.fc2."),
-        ("proj_out.", "final_layer.linear."),
-    ];
-    // (diffusers block-relative prefix, original prefix, part of fused tensor)
-    type Part = Option<(usize, usize)>;
-    const BLOCK: [(&str, &str, Part); 10] = [
-        ("attn1.to_q.", "attn.qkv.", Some((0, 3))),
-        ("attn1.to_k.", "attn.qkv.", Some((1, 3))),
-        ("attn1.to_v.", "attn.qkv.", Some((2, 3))),
-        ("attn1.to_out.0.", "attn.proj.", None),
-        ("attn2.to_q.", "cross_attn.q_linear.", None),
-        ("attn2.to_k.", "cross_attn.kv_linear.", Some((0, 2))),
-        ("attn2.to_v.", "cross_attn.kv_linear.", Some((1, 2))),
-        ("attn2.to_out.0.", "cross_attn.proj.", None),
-        ("ff.net.0.proj.", "mlp.fc1.", None),
-        ("ff.net.2.", "mlp.fc2.", None),
-    ];
     let plain = |n: String| MappedName {
         name: n,
         part: None,
@@ -233,7 +238,7 @@ pub fn pixart_diffusers_to_original(name: &str) -> MappedName {
     if name == "scale_shift_table" {
         return plain("final_layer.scale_shift_table".into());
     }
-    if let Some(n) = TOP
+    if let Some(n) = PIXART_TOP
         .iter()
         .find_map(|(a, b)| name.strip_prefix(a).map(|r| format!("{b}{r}")))
     {
@@ -245,7 +250,7 @@ pub fn pixart_diffusers_to_original(name: &str) -> MappedName {
     else {
         return plain(name.to_string());
     };
-    if let Some((b, r, part)) = BLOCK
+    if let Some((b, r, part)) = PIXART_BLOCK
         .iter()
         .find_map(|(a, b, part)| tail.strip_prefix(a).map(|r| (b, r, *part)))
     {

@@ -78,6 +78,7 @@ pub fn qwen_pipeline(
             prediction: None,
             clip_skip: None,
             embd_dir: None,
+            lora: None,
         },
     )
     .expect("pipeline loads")

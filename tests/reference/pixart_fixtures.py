@@ -116,6 +116,7 @@ def make_case(name, heads, head_dim, micro, seed):
     print(f"{name}: {len(sd)} weights, out max |y| = {out.abs().max():.3f}")
 
 
-os.makedirs(OUT_DIR, exist_ok=True)
-make_case("sigma", heads=2, head_dim=8, micro=False, seed=20240)
-make_case("alpha_ms", heads=3, head_dim=8, micro=True, seed=20241)
+if __name__ == "__main__":
+    os.makedirs(OUT_DIR, exist_ok=True)
+    make_case("sigma", heads=2, head_dim=8, micro=False, seed=20240)
+    make_case("alpha_ms", heads=3, head_dim=8, micro=True, seed=20241)

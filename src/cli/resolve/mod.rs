@@ -49,6 +49,7 @@ impl RunConfig {
             weight_type: models.weight_type,
             model_args: models.model_args,
             prediction: models.prediction,
+            lora_apply_mode: models.lora_apply_mode,
             prompt: gen.prompt,
             negative_prompt: gen.negative_prompt,
             width: gen.width,

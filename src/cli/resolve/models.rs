@@ -3,6 +3,7 @@
 use crate::cli::args::Cli;
 use crate::cli::error::{invalid, CliError};
 use crate::dtype::DType;
+use crate::pipeline::lora::LoraApplyMode;
 use crate::pipeline::{ModelArgs, ModelFiles};
 use crate::sampling::Prediction;
 
@@ -12,6 +13,7 @@ pub(super) struct Models {
     pub weight_type: Option<DType>,
     pub model_args: ModelArgs,
     pub prediction: Option<Prediction>,
+    pub lora_apply_mode: LoraApplyMode,
 }
 
 pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Models, CliError> {
@@ -45,6 +47,10 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Models, C
             )
         })?),
     };
+    let lora_apply_mode = m
+        .lora_apply_mode
+        .parse::<LoraApplyMode>()
+        .map_err(|reason| invalid("--lora-apply-mode", &m.lora_apply_mode, &reason))?;
     let (model_args, w) = ModelArgs::parse(&m.model_args.join(","));
     warnings.extend(w);
     let files = ModelFiles {
@@ -71,5 +77,6 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Models, C
         weight_type,
         model_args,
         prediction,
+        lora_apply_mode,
     })
 }

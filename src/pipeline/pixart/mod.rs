@@ -112,6 +112,10 @@ impl Family for PixArtFamily {
         PromptTemplate::Cleaned(pixart_clean)
     }
 
+    fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
+        &[crate::pipeline::lora::names::pixart]
+    }
+
     fn check_inputs(&self, inputs: &InputSummary<'_>) -> Result<()> {
         if inputs.references > 0 {
             return Err(Error::Unsupported(

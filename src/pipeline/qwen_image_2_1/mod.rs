@@ -126,6 +126,10 @@ impl Family for QwenImage21Family {
         PromptTemplate::Chat(template::TEMPLATE)
     }
 
+    fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
+        &[crate::pipeline::lora::names::qwen_image_2_1]
+    }
+
     fn check_inputs(&self, inputs: &InputSummary<'_>) -> Result<()> {
         let args = inputs.ref_args;
         if inputs.references > 0 && (!args.pass_to_vlm || !args.pass_to_dit) {

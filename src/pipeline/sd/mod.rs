@@ -141,6 +141,13 @@ impl Family for SdFamily {
         PromptTemplate::Raw
     }
 
+    fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
+        &[
+            crate::pipeline::lora::names::unet,
+            crate::pipeline::lora::names::clip,
+        ]
+    }
+
     fn check_inputs(&self, inputs: &InputSummary<'_>) -> Result<()> {
         no_references(inputs)
     }

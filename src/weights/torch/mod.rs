@@ -8,7 +8,7 @@
 //! compressed entries and non-contiguous views are refused with an error naming them.
 //!
 //! Which tensors: upstream's rule (every tensor under a string key of the root dict or of a
-//! dict nested in it; see `state_dict.rs`). 0-d tensors are skipped. Types the store does not
+//! dict nested in it; see `state_dict.rs`), 0-d tensors (a LoRA's `.alpha`) included. Types the store does not
 //! load (uint8, bool, uint16/32/64) come through and are skipped by the store like safetensors
 //! ones; complex and quantized tensors are errors, as unknown safetensors dtypes are.
 //!
@@ -22,7 +22,6 @@
 //!   int8 load, uint8 and bool are skipped;
 //! - upstream drops `_rebuild_tensor_v3` tensors (float8, uint16/32/64); here they load like
 //!   the same safetensors types;
-//! - upstream keeps 0-d tensors; here they are skipped;
 //! - upstream checks the layout of every tensor in the pickle, here only of those loaded (a
 //!   non-contiguous optimizer state does not matter);
 //! - upstream reads every `data.pkl` of the archive and inflates compressed entries; here

@@ -94,8 +94,8 @@ pub(super) struct Layout {
     pub storage_len: u64,
 }
 
-/// Checks a tensor against its storage. `None` for a 0-d tensor (a scalar such as
-/// `model_ema.decay` or Lightning's `best_model_score`), which the store skips.
+/// Checks a tensor against its storage. A 0-d tensor (a LoRA's `.alpha`, `model_ema.decay`)
+/// is one value, as in safetensors files.
 /// Non-contiguous tensors (a transposed view saved as is) are refused: the store serves each
 /// tensor as one byte range of the file. Strides of size-1 dimensions do not matter.
 pub(super) fn layout(name: &str, t: &TensorRef, path: &Path) -> Result<Option<Layout>> {
@@ -119,10 +119,6 @@ pub(super) fn layout(name: &str, t: &TensorRef, path: &Path) -> Result<Option<La
                  .resolve_neg() / .resolve_conj()"
             ),
         });
-    }
-    if t.size.is_empty() {
-        log::debug!("{}: skipping 0-d tensor '{name}'", path.display());
-        return Ok(None);
     }
     let elem = t.dtype.size;
     let numel = t
