@@ -2,9 +2,10 @@
 //! attention and feed-forward linear (280 modules): none vs merged (`immediately`) vs applied at
 //! run time, at q8_0 (and f16) weights; with the load time (the merge's cost) and peak RSS.
 //!
-//! `cargo bench --bench lora_step [-- --threads N --dir /tmp/pixart_xl --types q8_0,f16]`. The
-//! weights are those of `benches/pixart_step.py` (run the pixart_step bench once first); the
-//! LoRA is random, written next to them the first time. Each variant runs in a child process.
+//! `cargo bench --bench lora_step [-- --threads N --dir /tmp/pixart_xl --types q8_0,f16
+//! --repeats 2]`. The weights are those of `benches/pixart_step.py` (run the pixart_step bench
+//! once first); the LoRA is random, written next to them the first time. Each variant runs in
+//! a child process.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use sd_cli::dtype::DType;
 use sd_cli::ggml::Backend;
-use sd_cli::models::dit::pixart::{PixArt, PixArtConfig, PixArtInputs, PosEmbedParams};
+use sd_cli::models::dit::pixart::{PixArt, PixArtConfig};
 use sd_cli::pipeline::components::ComponentId;
 use sd_cli::pipeline::lora::{names, LoraFile, LoraSet};
 use sd_cli::runner::{AdapterMode, RunOptions, Runner, StoreSource, WeightLoader};
@@ -22,7 +23,10 @@ use sd_cli::weights::TensorStore;
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/pixart.rs"]
+mod pixart_step_common;
 use common::{arg, field, peak_rss_mb};
+use pixart_step_common::best_step_seconds;
 
 const RANK: usize = 32;
 const HIDDEN: usize = 1152;
@@ -113,29 +117,7 @@ fn run_variant(dir: &Path, variant: &str, threads: usize) {
     let weight_mb = weights.bytes() as f64 / 1048576.0;
     drop(store);
     let runner = Runner::new("pixart", backend, Some(weights), RunOptions::default());
-    let x: Vec<f32> = (0..64 * 64 * 4 * 2)
-        .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
-        .collect();
-    let ctx: Vec<f32> = (0..4096 * 300 * 2)
-        .map(|i| ((i * 104729 % 1000) as f32 / 5000.0) - 0.1)
-        .collect();
-    let mut best = f64::INFINITY;
-    for _ in 0..2 {
-        let t0 = Instant::now();
-        runner
-            .compute(|g| {
-                let inputs = PixArtInputs {
-                    x: g.input_f32("x", [64, 64, 4, 2], x.clone()),
-                    timesteps: g.input_f32("t", [2, 1, 1, 1], vec![999.0; 2]),
-                    context: g.input_f32("ctx", [4096, 300, 2, 1], ctx.clone()),
-                    context_mask: None,
-                    micro: None,
-                };
-                vec![model.forward(g, &inputs, PosEmbedParams::default())]
-            })
-            .expect("step");
-        best = best.min(t0.elapsed().as_secs_f64());
-    }
+    let best = best_step_seconds(&runner, &model);
     println!(
         "step_s {best:.3} load_s {load_s:.2} rss_mb {:.0} weights_mb {weight_mb:.0}",
         peak_rss_mb()
@@ -161,35 +143,46 @@ fn main() {
         write_lora(&lora);
     }
     let types = arg("--types").unwrap_or_else(|| "q8_0".into());
+    // The variants take turns, `--repeats` rounds; each keeps its fastest round (a busy
+    // machine slows single runs by 5-10%).
+    let repeats: usize = arg("--repeats").and_then(|v| v.parse().ok()).unwrap_or(2);
     let me = std::env::current_exe().expect("exe");
     for ty in types.split(',') {
-        let mut none = None;
-        for lora in ["none", "merged", "runtime"] {
-            let variant = format!("{ty}/{lora}");
-            let o = Command::new(&me)
-                .args([
-                    "--variant",
-                    &variant,
-                    "--threads",
-                    &threads.to_string(),
-                    "--dir",
-                ])
-                .arg(&dir)
-                .output()
-                .expect("child");
-            let text = String::from_utf8_lossy(&o.stdout).to_string();
-            let Some(step) = field(&text, "step_s") else {
-                eprintln!("{variant}: failed: {}", String::from_utf8_lossy(&o.stderr));
-                continue;
-            };
-            let base = *none.get_or_insert(step);
+        let mut best: Vec<Option<(f64, String)>> = vec![None; 3];
+        for _ in 0..repeats {
+            for (slot, lora) in ["none", "merged", "runtime"].iter().enumerate() {
+                let variant = format!("{ty}/{lora}");
+                let o = Command::new(&me)
+                    .args([
+                        "--variant",
+                        &variant,
+                        "--threads",
+                        &threads.to_string(),
+                        "--dir",
+                    ])
+                    .arg(&dir)
+                    .output()
+                    .expect("child");
+                let text = String::from_utf8_lossy(&o.stdout).to_string();
+                let Some(step) = field(&text, "step_s") else {
+                    eprintln!("{variant}: failed: {}", String::from_utf8_lossy(&o.stderr));
+                    continue;
+                };
+                if best[slot].as_ref().is_none_or(|(s, _)| step < *s) {
+                    best[slot] = Some((step, text));
+                }
+            }
+        }
+        let base = best[0].as_ref().map_or(f64::NAN, |b| b.0);
+        for (lora, b) in ["none", "merged", "runtime"].iter().zip(&best) {
+            let Some((step, text)) = b else { continue };
             println!(
-                "{variant:<14}: {step:.2} s/step ({:.3}x no LoRA), load {:.2} s, peak RSS {:.0} MB, \
+                "{ty}/{lora:<8}: {step:.2} s/step ({:.3}x no LoRA), load {:.2} s, peak RSS {:.0} MB, \
                  {:.0} MB on the device",
                 step / base,
-                field(&text, "load_s").unwrap_or(0.0),
-                field(&text, "rss_mb").unwrap_or(0.0),
-                field(&text, "weights_mb").unwrap_or(0.0)
+                field(text, "load_s").unwrap_or(0.0),
+                field(text, "rss_mb").unwrap_or(0.0),
+                field(text, "weights_mb").unwrap_or(0.0)
             );
         }
     }

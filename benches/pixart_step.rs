@@ -10,17 +10,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::rc::Rc;
-use std::time::Instant;
 
 use sd_cli::dtype::DType;
 use sd_cli::ggml::Backend;
-use sd_cli::models::dit::pixart::{PixArt, PixArtConfig, PixArtInputs, PosEmbedParams};
+use sd_cli::models::dit::pixart::{PixArt, PixArtConfig};
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::weights::TensorStore;
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/pixart.rs"]
+mod pixart_step_common;
 use common::{arg, field, peak_rss_mb};
+use pixart_step_common::best_step_seconds;
 
 /// Child mode: load with `ty`, run one warm-up and one timed step, print the figures.
 fn run_variant(dir: &Path, variant: &str, threads: usize) {
@@ -59,30 +61,7 @@ fn run_variant(dir: &Path, variant: &str, threads: usize) {
             ..RunOptions::default()
         },
     );
-    let x: Vec<f32> = (0..64 * 64 * 4 * 2)
-        .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
-        .collect();
-    let ctx: Vec<f32> = (0..4096 * 300 * 2)
-        .map(|i| ((i * 104729 % 1000) as f32 / 5000.0) - 0.1)
-        .collect();
-    let mut best = f64::INFINITY;
-    for _ in 0..2 {
-        let t0 = Instant::now();
-        let out = runner
-            .compute(|g| {
-                let inputs = PixArtInputs {
-                    x: g.input_f32("x", [64, 64, 4, 2], x.clone()),
-                    timesteps: g.input_f32("t", [2, 1, 1, 1], vec![999.0; 2]),
-                    context: g.input_f32("ctx", [4096, 300, 2, 1], ctx.clone()),
-                    context_mask: None,
-                    micro: None,
-                };
-                vec![model.forward(g, &inputs, PosEmbedParams::default())]
-            })
-            .expect("step");
-        assert_eq!(out[0].ne, [64, 64, 8, 2]);
-        best = best.min(t0.elapsed().as_secs_f64());
-    }
+    let best = best_step_seconds(&runner, &model);
     println!(
         "ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0}",
         peak_rss_mb()

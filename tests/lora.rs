@@ -33,43 +33,38 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// The reference picture `name` ([C, H, W] in [0, 1]) as interleaved bytes.
+/// The reference picture `name` as interleaved bytes.
 fn reference(name: &str) -> Vec<u8> {
-    let want = tensor(&open_fixture("lora/reference.safetensors"), name);
-    let (w, h, channels) = (want.ne[0], want.ne[1], want.ne[2]);
-    let mut out = vec![0u8; w * h * channels];
-    for c in 0..channels {
-        for y in 0..h {
-            for x in 0..w {
-                out[(y * w + x) * channels + c] =
-                    (want.data[c * w * h + y * w + x] * 255.0).round() as u8;
-            }
-        }
-    }
-    out
+    image_bytes(&tensor(&open_fixture("lora/reference.safetensors"), name))
+}
+
+/// The seed, sampler, steps and thread flags every run here shares, with `size` and `cfg`.
+fn sd_cli(size: (&str, &str), cfg: &str, args: &[&str], out: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(args)
+        .args([
+            "--steps",
+            "4",
+            "--cfg-scale",
+            cfg,
+            "-W",
+            size.0,
+            "-H",
+            size.1,
+        ])
+        .args(["-s", "42", "--rng", "cpu", "-t", "2"])
+        .args(["--lora-model-dir", s(&lora_dir()), "-o", s(out)])
+        .output()
+        .unwrap()
 }
 
 /// Runs the SD fixtures' generation (tests/sd_pipeline.rs) with `prompt`.
 fn sd_run(model: &[&str], prompt: &str, extra: &[&str], out: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
-        .args(model)
-        .args([
-            "-p",
-            prompt,
-            "-n",
-            NEGATIVE,
-            "--steps",
-            "4",
-            "--cfg-scale",
-            "5",
-        ])
-        .args(["-W", "24", "-H", "16", "-s", "42", "--rng", "cpu"])
-        .args(["--sampling-method", "euler", "--scheduler", "discrete"])
-        .args(["-t", "2", "--lora-model-dir", s(&lora_dir())])
-        .args(extra)
-        .args(["-o", s(out)])
-        .output()
-        .unwrap()
+    let mut args = model.to_vec();
+    args.extend(["-p", prompt, "-n", NEGATIVE]);
+    args.extend(["--sampling-method", "euler", "--scheduler", "discrete"]);
+    args.extend(extra);
+    sd_cli(("24", "16"), "5", &args, out)
 }
 
 fn image(o: &Output, out: &Path, what: &str) -> Vec<u8> {
@@ -147,37 +142,9 @@ fn sd1_kohya_lora_matches_diffusers_on_folder_and_single_file() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = tmp.path().join("gguf.png");
-    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
-        .args(["-m", s(&sd1_folder())])
-        .args([
-            "-p",
-            &format!("{PROMPT}<lora:kohya_gguf:0.8>"),
-            "-n",
-            NEGATIVE,
-        ])
-        .args([
-            "--steps",
-            "4",
-            "--cfg-scale",
-            "5",
-            "-W",
-            "24",
-            "-H",
-            "16",
-            "-s",
-            "42",
-        ])
-        .args([
-            "--rng",
-            "cpu",
-            "--sampling-method",
-            "euler",
-            "--scheduler",
-            "discrete",
-        ])
-        .args(["--lora-model-dir", s(gguf_dir.path()), "-o", s(&out)])
-        .output()
-        .unwrap();
+    // Named by its absolute path (outside --lora-model-dir).
+    let prompt = format!("{PROMPT}<lora:{}:0.8>", s(&gguf));
+    let o = sd_run(&["-m", s(&sd1_folder())], &prompt, &[], &out);
     check(&image(&o, &out, "gguf"), &want, "sd1 kohya as GGUF", 60.0);
 
     let prompt = format!("<lora:sd1_kohya:-0.5>{PROMPT}");
@@ -343,34 +310,18 @@ fn pixart_run(transformer: &Path, extra: &[&str], out: &Path) -> Output {
     let d = fixture_path("pixart_pipeline");
     let tokenizer = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/tokenizers/t5-v1_1.tokenizer.json");
-    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
-        .args(["--diffusion-model", s(transformer)])
-        .args([
-            "--t5xxl",
-            s(&d.join("text_encoder")),
-            "--vae",
-            s(&d.join("vae")),
-        ])
-        .args(["--t5xxl-tokenizer", s(&tokenizer)])
-        .args([
-            "-p",
-            "A Lovely cat, holding a sign!  <lora:pixart_peft:0.9>",
-        ])
-        .args(["-n", "blurry", "--steps", "4", "--cfg-scale", "4.5"])
-        .args(["-W", "24", "-H", "16", "-s", "42", "--rng", "cpu"])
-        .args([
-            "--sampling-method",
-            "euler",
-            "--scheduler",
-            "discrete",
-            "-t",
-            "2",
-        ])
-        .args(["--lora-model-dir", s(&lora_dir())])
-        .args(extra)
-        .args(["-o", s(out)])
-        .output()
-        .unwrap()
+    let (t5, vae) = (d.join("text_encoder"), d.join("vae"));
+    let mut args = vec!["--diffusion-model", s(transformer), "--t5xxl", s(&t5)];
+    args.extend(["--vae", s(&vae), "--t5xxl-tokenizer", s(&tokenizer)]);
+    args.extend([
+        "-p",
+        "A Lovely cat, holding a sign!  <lora:pixart_peft:0.9>",
+        "-n",
+        "blurry",
+    ]);
+    args.extend(["--sampling-method", "euler", "--scheduler", "discrete"]);
+    args.extend(extra);
+    sd_cli(("24", "16"), "4.5", &args, out)
 }
 
 #[test]
@@ -407,30 +358,15 @@ fn pixart_peft_lora_on_both_layouts() {
 
 fn qwen_run(transformer: &Path, extra: &[&str], out: &Path) -> Output {
     let d = fixture_path("qwen_image_pipeline");
-    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
-        .args(["--diffusion-model", s(transformer)])
-        .args(["--vae", s(&d.join("vae.safetensors"))])
-        .args(["--llm", s(&d.join("llm.safetensors"))])
-        .args([
-            "-p",
-            "a lovely cat holding a sign says 'qwen2.1.cpp'<lora:qwen_peft:0.7>",
-        ])
-        .args([
-            "-n",
-            "blurry, low quality",
-            "--cfg-scale",
-            "4",
-            "--steps",
-            "4",
-        ])
-        .args([
-            "-W", "96", "-H", "64", "-s", "42", "--rng", "cpu", "-t", "2",
-        ])
-        .args(["--lora-model-dir", s(&lora_dir())])
-        .args(extra)
-        .args(["-o", s(out)])
-        .output()
-        .unwrap()
+    let (vae, llm) = (d.join("vae.safetensors"), d.join("llm.safetensors"));
+    let mut args = vec!["--diffusion-model", s(transformer), "--vae", s(&vae)];
+    args.extend(["--llm", s(&llm), "-n", "blurry, low quality"]);
+    args.extend([
+        "-p",
+        "a lovely cat holding a sign says 'qwen2.1.cpp'<lora:qwen_peft:0.7>",
+    ]);
+    args.extend(extra);
+    sd_cli(("96", "64"), "4", &args, out)
 }
 
 /// ComfyUI-prefixed (`diffusion_model.`) PEFT names on Qwen Image 2.1, on the diffusers layout

@@ -121,15 +121,7 @@ fn sd_cli_run_matches_diffusers_image() {
     let reference = open_fixture("pixart_pipeline/reference.safetensors");
     let want = tensor(&reference, "image"); // [W, H, 3] planar
     let (w, h) = (want.ne[0], want.ne[1]);
-    let mut want_u8 = vec![0u8; w * h * 3];
-    for c in 0..3 {
-        for y in 0..h {
-            for x in 0..w {
-                want_u8[(y * w + x) * 3 + c] =
-                    (want.data[c * w * h + y * w + x] * 255.0).round() as u8;
-            }
-        }
-    }
+    let want_u8 = image_bytes(&want);
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("cat.png");
     let d = dir();

@@ -104,15 +104,7 @@ fn refs() -> TensorStore {
 
 /// A reference image [3, H, W] in [0, 1] as interleaved RGB bytes.
 fn reference_png(store: &TensorStore, name: &str) -> Vec<u8> {
-    let want = tensor(store, name);
-    let (w, h) = (want.ne[0], want.ne[1]);
-    let mut out = vec![0u8; w * h * 3];
-    for c in 0..3 {
-        for i in 0..w * h {
-            out[i * 3 + c] = (want.data[c * w * h + i] * 255.0).round() as u8;
-        }
-    }
-    out
+    image_bytes(&tensor(store, name))
 }
 
 fn sd_cli(args: &[&str]) {

@@ -71,16 +71,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan, clip_skip: Option<u32>) -> S
 /// A reference image [3, H, W] in [0, 1] as interleaved RGB bytes.
 fn reference_png(rel: &str) -> (usize, usize, Vec<u8>) {
     let want = tensor(&open_fixture(rel), "image");
-    let (w, h) = (want.ne[0], want.ne[1]);
-    let mut out = vec![0u8; w * h * 3];
-    for c in 0..3 {
-        for y in 0..h {
-            for x in 0..w {
-                out[(y * w + x) * 3 + c] = (want.data[c * w * h + y * w + x] * 255.0).round() as u8;
-            }
-        }
-    }
-    (w, h, out)
+    (want.ne[0], want.ne[1], image_bytes(&want))
 }
 
 /// Runs the binary with the fixtures' generation flags plus `model_args`; returns the PNG.

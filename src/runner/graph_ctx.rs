@@ -163,14 +163,18 @@ impl<'g> GraphCtx<'g> {
         let Some(adapter) = self.weights.and_then(|w| w.adapter(p)) else {
             return y;
         };
-        let d = match adapter {
-            AdapterTensors::LowRank { down, up } => {
-                let h = self.linear(down, x, None);
-                self.linear(up, h, None)
-            }
-            AdapterTensors::Full(delta) => self.linear(delta, x, None),
+        let (w, x) = match adapter {
+            AdapterTensors::LowRank { down, up } => (up, self.linear(down, x, None)),
+            AdapterTensors::Full(delta) => (delta, x),
         };
-        self.ctx.add(y, d)
+        // The blocked kernels add the product onto `y` as they write it (one pass over the
+        // layer's output instead of a product and an `add`).
+        if let Some(kernels) = self.cpu_kernels {
+            if let Some(sum) = kernels.linear_add(self.ctx, w, x, None, Some(y)) {
+                return sum;
+            }
+        }
+        self.ctx.add(y, self.linear(w, x, None))
     }
 
     /// `y` (the convolution of `x` by `Conv2d` kernel `p`) plus its run-time adapter's: the

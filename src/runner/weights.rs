@@ -148,11 +148,12 @@ impl<'s> WeightLoader<'s> {
         let mut adapters = HashMap::new();
         let mut factor_data = Vec::new();
         for (i, factors) in runtime {
+            let (weight_ty, role) = (decls[i].ty, decls[i].role);
             let mut add = |suffix: &str, ne: Ne, data: Vec<f32>| {
                 decls.push(Decl {
                     name: format!("{}.{suffix}", decls[i].name),
                     ne,
-                    ty: DType::F32,
+                    ty: factor_type(weight_ty, role, ne[0]),
                     conv_file_ne: None,
                     role: WeightRole::Plain,
                 });
@@ -188,7 +189,8 @@ impl<'s> WeightLoader<'s> {
             bytes_total += load_tensor(self.source, d, t, patches)?;
         }
         for (k, data) in factor_data.iter().enumerate() {
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let d = &decls[n_model + k];
+            let bytes = convert_f32(data, d.ty, d.ne[0]).map_err(RunnerError::Internal)?;
             arena.get(n_model + k).write_bytes(&bytes)?;
             bytes_total += bytes.len();
         }
@@ -255,6 +257,23 @@ impl<'s> WeightLoader<'s> {
             role,
         });
         Ok(Param(decls.len() - 1))
+    }
+}
+
+/// The storage type of a run-time adapter's factor for a weight of type `weight` (rows of
+/// `ne0`): the weight's own float type, q8_0 for a quantized weight (so the factor's products
+/// take the same fast kernels as the weight's), f32 for convolution kernels and where the
+/// rows do not split into blocks.
+fn factor_type(weight: DType, role: WeightRole, ne0: usize) -> DType {
+    let ty = match role {
+        WeightRole::Conv { .. } | WeightRole::Plain => DType::F32,
+        WeightRole::Linear if weight.is_quantized() => DType::Q8_0,
+        WeightRole::Linear => weight,
+    };
+    if ty.row_bytes(ne0).is_some() {
+        ty
+    } else {
+        DType::F32
     }
 }
 

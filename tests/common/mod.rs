@@ -209,6 +209,19 @@ pub fn assemble_checkpoint(
     out
 }
 
+/// A reference picture ([W, H, C] in ggml order: PyTorch's [C, H, W], values in [0, 1]) as the
+/// interleaved 8-bit pixels a PNG holds.
+pub fn image_bytes(t: &HostTensor) -> Vec<u8> {
+    let (w, h, channels) = (t.ne[0], t.ne[1], t.ne[2]);
+    let mut out = vec![0u8; w * h * channels];
+    for c in 0..channels {
+        for i in 0..w * h {
+            out[i * channels + c] = (t.data[c * w * h + i] * 255.0).round() as u8;
+        }
+    }
+    out
+}
+
 /// PSNR in dB between two 8-bit images of the same size (∞ when identical).
 pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
     assert_eq!(a.len(), b.len(), "images of different sizes");

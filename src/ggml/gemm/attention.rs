@@ -224,6 +224,7 @@ impl Heads<'_> {
                     rows: n_rows,
                     cols: (self.n_kv - p * NR).min(NR),
                     accumulate: false,
+                    addend: std::ptr::null(),
                     bias: std::ptr::null(),
                 };
                 let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
@@ -258,6 +259,7 @@ impl Heads<'_> {
                         rows: n_rows,
                         cols: p.cols,
                         accumulate: k0 > 0,
+                        addend: std::ptr::null(),
                         bias: std::ptr::null(),
                     };
                     let panel = s.v.f32s_ro(p.offset(self.n_kv) + k0 * p.width);

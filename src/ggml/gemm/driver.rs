@@ -20,11 +20,14 @@ const ROW_CHUNK: usize = 512 * MR;
 /// Outputs per weight chunk: 4 panels × 576 × 64 × 4 bytes = 576 KiB, inside L2.
 const FC: usize = 4 * NR;
 
-/// One product as the node describes it: y[n][m] = Σ_k x[n][k] · w[m][k] (+ bias[m]).
+/// One product as the node describes it: y[n][m] = Σ_k x[n][k] · w[m][k] (+ bias[m])
+/// (+ addend[n][m]).
 struct Product<'a> {
     w: Weights<'a>,
     x: &'a [f32],
     bias: Option<&'a [f32]>,
+    /// Added to the output (a LoRA's up-projection added to the layer's own output).
+    addend: Option<&'a [f32]>,
     y: *mut f32,
     k: usize,
     m: usize,
@@ -35,7 +38,8 @@ struct Product<'a> {
 ///
 /// # Safety
 /// `dst` is that node: `src[0]` contiguous f32 activations, `src[1]` a contiguous 2-D weight
-/// of the type its kind names, `src[2]` null or an f32 bias, all allocated in host memory.
+/// of the type its kind names, `src[2]` null or an f32 bias, `src[3]` null or an f32 addend of
+/// the output's shape, all allocated in host memory.
 pub(super) unsafe extern "C" fn compute(
     dst: *mut sys::ggml_tensor,
     ith: c_int,
@@ -53,7 +57,7 @@ impl Product<'_> {
     /// # Safety
     /// As for [`compute`].
     unsafe fn from_node(dst: &sys::ggml_tensor) -> Option<Self> {
-        let (x, w, b) = (dst.src[0], dst.src[1], dst.src[2]);
+        let (x, w, b, a) = (dst.src[0], dst.src[1], dst.src[2], dst.src[3]);
         // SAFETY: the node's sources are live tensors (the contract of `compute`).
         let (w, x) = unsafe { (&*w, &*x) };
         // SAFETY: as above.
@@ -65,6 +69,7 @@ impl Product<'_> {
                 w,
                 x: std::slice::from_raw_parts(x.data.cast(), k * n),
                 bias: (!b.is_null()).then(|| std::slice::from_raw_parts((*b).data.cast(), m)),
+                addend: (!a.is_null()).then(|| std::slice::from_raw_parts((*a).data.cast(), m * n)),
                 y: dst.data.cast(),
                 k,
                 m,
@@ -163,6 +168,7 @@ impl Product<'_> {
                             (true, Some(b)) => b[c0..].as_ptr(),
                             _ => std::ptr::null(),
                         },
+                        addend: self.addend_at(k0, r0, c0),
                     };
                     let ws = p * depth * NR;
                     // SAFETY: `CpuKernels::linear` only builds this node when the CPU has the
@@ -193,6 +199,14 @@ impl Product<'_> {
 }
 
 impl Product<'_> {
+    /// The addend of the tile at token `r0`, output `c0`, read on the first k-block only.
+    fn addend_at(&self, k0: usize, r0: usize, c0: usize) -> *const f32 {
+        match self.addend {
+            Some(a) if k0 == 0 => a[r0 * self.m + c0..].as_ptr(),
+            _ => std::ptr::null(),
+        }
+    }
+
     /// One k-block (whole q8_0 blocks) over this thread's rows and outputs.
     fn k_block_q8(
         &self,
@@ -233,6 +247,7 @@ impl Product<'_> {
                             (true, Some(b)) => b[c0..].as_ptr(),
                             _ => std::ptr::null(),
                         },
+                        addend: self.addend_at(k0, r0, c0),
                     };
                     // SAFETY: the node is only built when the CPU has AVX-512 VNNI; the
                     // quantized rows hold `nb` blocks each, the panel `panel_words`; the tile
@@ -297,6 +312,7 @@ pub(super) unsafe fn product_on_this_thread(
         w,
         x,
         bias,
+        addend: None,
         y,
         k,
         m,

@@ -54,6 +54,9 @@ pub(in crate::ggml) struct Tile {
     pub accumulate: bool,
     /// The bias for these `cols`, added on the last k-block; null for none.
     pub bias: *const f32,
+    /// Values the output starts from (added on the first k-block), laid out like `c`
+    /// (`ldc` apart); null for none.
+    pub addend: *const f32,
 }
 
 /// `R` rows of `V` 16-lane f32 accumulators.
@@ -207,6 +210,9 @@ pub(super) unsafe fn store<const R: usize, const V: usize>(acc: &Acc<R, V>, t: &
                 let mut v = a[j];
                 if t.accumulate {
                     v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), v);
+                } else if !t.addend.is_null() {
+                    let a = t.addend.add(r * t.ldc + j * 16);
+                    v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, a), v);
                 }
                 if let Some(b) = bias {
                     v = _mm512_add_ps(v, b);

@@ -194,6 +194,20 @@ impl CpuKernels {
         x: Tensor<'c>,
         bias: Option<Tensor<'c>>,
     ) -> Option<Tensor<'c>> {
+        self.linear_add(ctx, w, x, bias, None)
+    }
+
+    /// [`CpuKernels::linear`] plus `addend` (f32, contiguous, the output's shape), added as the
+    /// tiles are first written: `y + x Wᵀ` in one pass over the output instead of a product
+    /// and an `add` (a run-time LoRA's up-projection onto the layer's output).
+    pub fn linear_add<'c>(
+        self,
+        ctx: &'c Context,
+        w: Tensor<'c>,
+        x: Tensor<'c>,
+        bias: Option<Tensor<'c>>,
+        addend: Option<Tensor<'c>>,
+    ) -> Option<Tensor<'c>> {
         let kind = WeightKind::of(w.ty()).filter(|k| k.supported())?;
         let [k, m, w2, w3] = w.ne();
         let xn = x.ne();
@@ -210,6 +224,9 @@ impl CpuKernels {
             && tokens >= MIN_TOKENS
             && bias.is_none_or(|b| {
                 b.ty() == DType::F32 && b.is_contiguous() && b.ne() == [m, 1, 1, 1]
+            })
+            && addend.is_none_or(|a| {
+                a.ty() == DType::F32 && a.is_contiguous() && a.ne() == [m, xn[1], xn[2], xn[3]]
             });
         if !shapes_ok {
             return None;
@@ -222,8 +239,13 @@ impl CpuKernels {
             x.raw(),
             w.raw(),
             bias.map_or(std::ptr::null_mut(), |b| b.raw()),
+            addend.map_or(std::ptr::null_mut(), |a| a.raw()),
         ];
-        let n_args = if bias.is_some() { 3 } else { 2 };
+        let n_args = match (bias, addend) {
+            (_, Some(_)) => 4,
+            (Some(_), None) => 3,
+            (None, None) => 2,
+        };
         // SAFETY: live tensors of this context; `driver::compute` reads exactly the sources
         // set here and writes the f32 [m, n, b2, b3] result ggml allocates for the node.
         let out = unsafe {

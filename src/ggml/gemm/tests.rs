@@ -702,3 +702,56 @@ fn fused_norms_match_ggml_ops() {
         assert!(err < 2e-6, "{what}: max error {err}");
     }
 }
+
+/// `linear_add` equals the blocked product plus the addend (a run-time LoRA's up-projection
+/// onto its layer's output), for every weight type, with and without bias, across k-blocks.
+#[test]
+fn linear_add_adds_its_addend_once() {
+    each_type(|ty| {
+        for &(k, m, xne) in shapes(ty) {
+            let n: usize = xne.iter().product();
+            let backend = Backend::cpu(2).expect("cpu backend");
+            let arena = Arena::new(4).expect("arena");
+            let wi = arena.add(ty, [k, m, 1, 1], "w").expect("room");
+            let xi = arena.add(DType::F32, [k, xne[0], xne[1], xne[2]], "x");
+            let xi = xi.expect("room");
+            let bi = arena.add(DType::F32, [m, 1, 1, 1], "b").expect("room");
+            let ai = arena.add(DType::F32, [m, xne[0], xne[1], xne[2]], "a");
+            let ai = ai.expect("room");
+            arena.allocate(&backend, "test").expect("alloc");
+            let w = pseudo_random(k * m, 7);
+            arena.get(wi).write_bytes(&to_bytes(&w, ty, k)).expect("w");
+            arena
+                .get(xi)
+                .write_f32(&pseudo_random(k * n, 8))
+                .expect("x");
+            arena.get(bi).write_f32(&pseudo_random(m, 9)).expect("b");
+            let addend = pseudo_random(m * n, 10);
+            arena.get(ai).write_f32(&addend).expect("a");
+            let ctx = Context::new(8, 8).expect("ctx");
+            let graph = Graph::new(&ctx, 8);
+            let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+            let (wt, xt, bt, at) = (arena.get(wi), arena.get(xi), arena.get(bi), arena.get(ai));
+            let plain = kernels.linear(&ctx, wt, xt, Some(bt)).expect("taken");
+            let sum = kernels.linear_add(&ctx, wt, xt, Some(bt), Some(at));
+            let sum = sum.expect("taken with an addend");
+            graph.expand(plain);
+            graph.expand(sum);
+            let mut galloc = Gallocr::new(&backend).expect("gallocr");
+            let _allocation = galloc.alloc(&graph).expect("alloc graph");
+            backend.compute(&graph).expect("compute");
+            let (plain, sum) = (
+                plain.read_f32().expect("read"),
+                sum.read_f32().expect("read"),
+            );
+            let scale = plain.iter().fold(1.0f32, |a, v| a.max(v.abs()));
+            for ((p, s), a) in plain.iter().zip(&sum).zip(&addend) {
+                assert!(
+                    (p + a - s).abs() <= 1e-5 * scale,
+                    "{} k={k} m={m}: {p} + {a} vs {s}",
+                    ty.name()
+                );
+            }
+        }
+    });
+}
