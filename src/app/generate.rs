@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::output::{self, BatchInfo};
 use super::RunConfig;
 use crate::error::{Error, Result};
-use crate::image_io::{base_name, read_png, Image};
+use crate::image_io::{base_name, read_image, Image};
 use crate::pipeline::components::{
     ComponentFiles, ComponentId, ComponentStore, MetaSlot, ModelFlag, Needs,
 };
@@ -18,12 +18,12 @@ use crate::runner::BackendPlan;
 
 pub fn run(cfg: &RunConfig) -> Result<()> {
     // Input images first: a bad file fails before gigabytes of weights load.
-    let init = cfg.inputs.init.as_deref().map(read_png).transpose()?;
+    let init = cfg.inputs.init.as_deref().map(read_image).transpose()?;
     let refs = cfg
         .inputs
         .refs
         .iter()
-        .map(|p| read_png(p))
+        .map(|p| read_image(p))
         .collect::<std::result::Result<Vec<_>, _>>()?;
 
     let t_load = Instant::now();

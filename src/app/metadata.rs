@@ -1,14 +1,15 @@
 use super::RunConfig;
 use crate::error::{Error, Result};
-use crate::image_io::{format_text_chunks, read_png_text_chunks};
+use crate::image_io::{format_metadata, read_text_metadata};
 
-/// `-M metadata --image FILE`: prints the PNG's generation parameters and other text chunks.
+/// `-M metadata --image FILE`: prints the image's generation parameters and other text
+/// metadata (PNG text chunks, JPEG EXIF/COM, WebP EXIF/XMP).
 pub fn run(cfg: &RunConfig) -> Result<()> {
     let path = cfg
         .metadata_image
         .as_ref()
         .ok_or_else(|| Error::Unsupported("metadata mode needs --image".into()))?;
-    let chunks = read_png_text_chunks(path)?;
-    print!("{}", format_text_chunks(path, &chunks));
+    let (format, chunks) = read_text_metadata(path)?;
+    print!("{}", format_metadata(path, format, &chunks));
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::RunConfig;
 use crate::error::{Error, Result};
 use crate::image_io::{
-    base_name, write_generation_png, Channels, GenerationParams, Image, LoraUse,
+    base_name, write_generation_image, Channels, GenerationParams, Image, LoraUse,
 };
 use crate::sampling::{Guidance, SamplingPlan};
 use crate::tensor::HostTensor;
@@ -102,7 +102,7 @@ pub(super) fn write(
             .collect();
         p
     });
-    write_generation_png(&path, &to_png_image(image)?, params.as_ref())?;
+    write_generation_image(&path, &to_png_image(image)?, params.as_ref())?;
     log::info!(
         "saved {} ({:.1}s)",
         path.display(),

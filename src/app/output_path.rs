@@ -17,37 +17,19 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Image container implied by an output extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputFormat {
-    Png,
-    Jpeg,
-    Webp,
-    Unknown,
-}
+use crate::image_io::OutputFormat;
 
 fn lower_ext(path: &Path) -> Option<String> {
     path.extension()
         .map(|e| format!(".{}", e.to_string_lossy().to_ascii_lowercase()))
 }
 
-/// Format implied by `path`'s extension (upstream `encoded_image_format_from_path`).
-pub fn output_format(path: &Path) -> OutputFormat {
-    match lower_ext(path).as_deref() {
-        Some(".png") => OutputFormat::Png,
-        Some(".jpg") | Some(".jpeg") | Some(".jpe") => OutputFormat::Jpeg,
-        Some(".webp") => OutputFormat::Webp,
-        _ => OutputFormat::Unknown,
-    }
-}
-
 /// Splits `-o` into (base without a recognised extension, extension to use for images).
 fn split_base_ext(output: &str) -> (String, String) {
     let path = Path::new(output);
     let ext_lower = lower_ext(path);
-    let format = output_format(path);
-    let strip = format != OutputFormat::Unknown
-        || matches!(ext_lower.as_deref(), Some(".avi") | Some(".webm"));
+    let format = OutputFormat::from_extension(path);
+    let strip = format.is_some() || matches!(ext_lower.as_deref(), Some(".avi") | Some(".webm"));
     let base = if strip {
         // Extension is ASCII-checked above; cut it off the original text to keep the rest intact.
         let ext_len = path.extension().map(|e| e.len() + 1).unwrap_or(0);
@@ -55,7 +37,7 @@ fn split_base_ext(output: &str) -> (String, String) {
     } else {
         output.to_string()
     };
-    let ext = if format == OutputFormat::Unknown {
+    let ext = if format.is_none() {
         ".png".to_string()
     } else {
         path.extension()
@@ -154,7 +136,6 @@ pub fn output_path_for(output: &str, begin: u64, index: u64, total: u64) -> Path
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputProblem {
     IsDirectory,
-    UnsupportedFormat(&'static str),
     AncestorNotDirectory(PathBuf),
     NotWritable(PathBuf, String),
 }
@@ -164,9 +145,6 @@ impl std::fmt::Display for OutputProblem {
         match self {
             OutputProblem::IsDirectory => {
                 write!(f, "it is a directory; give a file name such as out.png")
-            }
-            OutputProblem::UnsupportedFormat(fmt) => {
-                write!(f, "{fmt} output is not supported yet; use a .png file name")
             }
             OutputProblem::AncestorNotDirectory(p) => {
                 write!(f, "'{}' exists and is not a directory", p.display())
@@ -178,19 +156,12 @@ impl std::fmt::Display for OutputProblem {
     }
 }
 
-/// Checks that an image can be written at `path`: not a directory, a PNG name, and its
-/// nearest existing ancestor is a writable directory (missing parents are created at
-/// write time, as upstream does). Returns whether parent directories must be created.
-pub fn check_output_path(path: &Path, png_only: bool) -> Result<bool, OutputProblem> {
+/// Checks that a file can be written at `path`: not a directory, and its nearest existing
+/// ancestor is a writable directory (missing parents are created at write time, as upstream
+/// does). Returns whether parent directories must be created.
+pub fn check_output_path(path: &Path) -> Result<bool, OutputProblem> {
     if path.is_dir() {
         return Err(OutputProblem::IsDirectory);
-    }
-    if png_only {
-        match output_format(path) {
-            OutputFormat::Jpeg => return Err(OutputProblem::UnsupportedFormat("JPEG")),
-            OutputFormat::Webp => return Err(OutputProblem::UnsupportedFormat("WebP")),
-            _ => {}
-        }
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),

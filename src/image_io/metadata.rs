@@ -1,11 +1,14 @@
-//! Text metadata of PNG files (`-M metadata`): tEXt, zTXt and iTXt chunks in file order.
+//! Text metadata of images (`-M metadata`): a PNG's tEXt, zTXt and iTXt chunks; a JPEG's EXIF
+//! UserComment and COM segments; a WebP's EXIF UserComment and XMP parameters; in file order.
 //!
-//! Chunks are walked by hand (length, type, data, CRC) so uncompressed text is available
-//! even when the image itself is too large or damaged to decode. Compressed text (zTXt,
+//! Containers are walked by hand (bounded, every length checked) so text is available even
+//! when the image itself is too large or damaged to decode. Compressed PNG text (zTXt,
 //! compressed iTXt) is inflated through the `png` crate with a size limit.
 
 use std::path::Path;
 
+use super::decode::ImageFormat;
+use super::exif;
 use super::params::JSON_KEYWORD;
 use super::ImageIoError;
 
@@ -18,6 +21,12 @@ pub enum TextKind {
     TEXt,
     ZTXt,
     ITXt,
+    /// An EXIF UserComment (JPEG APP1, WebP `EXIF`).
+    Exif,
+    /// A JPEG COM segment (`keyword\0text`, upstream's layout).
+    Comment,
+    /// An element of an XMP packet (WebP `XMP `).
+    Xmp,
 }
 
 impl TextKind {
@@ -27,6 +36,9 @@ impl TextKind {
             TextKind::TEXt => "tEXt",
             TextKind::ZTXt => "zTXt",
             TextKind::ITXt => "iTXt",
+            TextKind::Exif => "EXIF UserComment",
+            TextKind::Comment => "COM",
+            TextKind::Xmp => "XMP",
         }
     }
 }
@@ -42,6 +54,137 @@ pub struct TextChunk {
 
 fn latin1(b: &[u8]) -> String {
     b.iter().map(|&c| c as char).collect()
+}
+
+/// Reads the text metadata of a PNG, JPEG or WebP file (recognised by its bytes): its format
+/// and entries in file order (a BMP has none).
+pub fn read_text_metadata(path: &Path) -> Result<(ImageFormat, Vec<TextChunk>), ImageIoError> {
+    let bytes = super::read::read_capped(path)?;
+    let format = ImageFormat::sniff(&bytes).ok_or_else(|| ImageIoError::Decode {
+        path: path.to_path_buf(),
+        message: "not a PNG, JPEG, WebP or BMP file (unrecognised first bytes)".into(),
+    })?;
+    let chunks = match format {
+        ImageFormat::Png => parse_text_chunks(&bytes, path)?,
+        ImageFormat::Jpeg => jpeg_text(&bytes),
+        ImageFormat::WebP => webp_text(&bytes),
+        ImageFormat::Bmp => Vec::new(),
+    };
+    Ok((format, chunks))
+}
+
+/// Most segments or chunks walked in one file.
+const MAX_SEGMENTS: usize = 4096;
+
+fn exif_entry(block: &[u8]) -> Option<TextChunk> {
+    exif::read_user_comment(block).map(|text| TextChunk {
+        kind: TextKind::Exif,
+        keyword: "UserComment".into(),
+        text,
+    })
+}
+
+/// A JPEG's EXIF UserComment, COM segments and XMP parameters, up to its first scan.
+fn jpeg_text(bytes: &[u8]) -> Vec<TextChunk> {
+    let mut out = Vec::new();
+    let mut pos = 2;
+    for _ in 0..MAX_SEGMENTS {
+        let Some(&[0xff, marker]) = bytes.get(pos..pos + 2) else {
+            break;
+        };
+        match marker {
+            0xff => {
+                pos += 1; // fill byte
+                continue;
+            }
+            0xd8 | 0x01 | 0xd0..=0xd7 => {
+                pos += 2;
+                continue;
+            }
+            0xd9 | 0xda => break,
+            _ => {}
+        }
+        let Some(len) = bytes.get(pos + 2..pos + 4) else {
+            break;
+        };
+        let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+        let Some(payload) = bytes.get(pos + 4..pos + 2 + len.max(2)) else {
+            break;
+        };
+        match marker {
+            0xe1 if payload.starts_with(b"Exif\0\0") => out.extend(exif_entry(payload)),
+            0xe1 => out.extend(xmp_entries(payload)),
+            0xfe => {
+                let (k, text) = split_nul(payload);
+                out.push(match text {
+                    Some(t) => TextChunk {
+                        kind: TextKind::Comment,
+                        keyword: String::from_utf8_lossy(k).into_owned(),
+                        text: String::from_utf8_lossy(t).into_owned(),
+                    },
+                    None => TextChunk {
+                        kind: TextKind::Comment,
+                        keyword: "comment".into(),
+                        text: String::from_utf8_lossy(k).into_owned(),
+                    },
+                });
+            }
+            _ => {}
+        }
+        pos += 2 + len;
+    }
+    out
+}
+
+/// A WebP's EXIF UserComment and XMP parameters.
+fn webp_text(bytes: &[u8]) -> Vec<TextChunk> {
+    let mut out = Vec::new();
+    let mut pos = 12;
+    for _ in 0..MAX_SEGMENTS {
+        let Some(head) = bytes.get(pos..pos + 8) else {
+            break;
+        };
+        let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+        let Some(payload) = bytes.get(pos + 8..(pos + 8).saturating_add(len)) else {
+            break;
+        };
+        match &head[..4] {
+            b"EXIF" => out.extend(exif_entry(payload)),
+            b"XMP " => out.extend(xmp_entries(payload)),
+            _ => {}
+        }
+        pos = pos + 8 + len + (len & 1);
+    }
+    out
+}
+
+/// The `sdcpp:*` elements of an XMP packet (upstream's `sdcpp:parameters`, our JSON).
+fn xmp_entries(packet: &[u8]) -> Vec<TextChunk> {
+    let text = String::from_utf8_lossy(packet);
+    let mut out = Vec::new();
+    for keyword in ["parameters", JSON_KEYWORD] {
+        let (open, close) = (format!("<sdcpp:{keyword}>"), format!("</sdcpp:{keyword}>"));
+        let Some(start) = text.find(&open).map(|i| i + open.len()) else {
+            continue;
+        };
+        let Some(end) = text[start..].find(&close) else {
+            continue;
+        };
+        out.push(TextChunk {
+            kind: TextKind::Xmp,
+            keyword: keyword.to_string(),
+            text: xml_unescape(&text[start..start + end]),
+        });
+    }
+    out
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
 }
 
 /// Reads all text chunks of a PNG file, in file order.
@@ -240,10 +383,15 @@ fn parse_itxt(body: &[u8]) -> TextChunk {
     }
 }
 
-/// Formats text chunks for printing: a header line per chunk, then its text; the
-/// `sd-cli-json` chunk is pretty-printed when it parses as JSON.
+/// Formats a PNG's text chunks for printing; see [`format_metadata`].
 pub fn format_text_chunks(path: &Path, chunks: &[TextChunk]) -> String {
-    let mut s = format!("File: {}\nFormat: PNG\n\n", path.display());
+    format_metadata(path, ImageFormat::Png, chunks)
+}
+
+/// Formats metadata entries for printing: a header line per entry, then its text; the
+/// `sd-cli-json` entry is pretty-printed when it parses as JSON.
+pub fn format_metadata(path: &Path, format: ImageFormat, chunks: &[TextChunk]) -> String {
+    let mut s = format!("File: {}\nFormat: {}\n\n", path.display(), format.name());
     if chunks.is_empty() {
         s.push_str("No metadata entries found.\n");
         return s;

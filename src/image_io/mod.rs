@@ -1,13 +1,21 @@
-//! PNG input and output for sd-cli.
+//! Image input and output for sd-cli.
 //!
-//! - [`write_png_atomic`] / [`write_generation_png`]: RGB8 or RGBA8 images with text chunks
-//!   (A1111-style `parameters`, and `sd-cli-json`), written to a temporary file in the target
-//!   directory, fsynced, then renamed over the target: a reader never sees a partial file.
-//! - [`read_png`]: any PNG colour type and bit depth, normalised to RGB8 or RGBA8, with size
-//!   caps so a hostile header cannot make us allocate gigabytes.
+//! - [`read_image`]: PNG, JPEG, WebP and BMP inputs (recognised by their bytes), normalised to
+//!   RGB8 or RGBA8, EXIF orientation applied, with size caps so a hostile header cannot make us
+//!   allocate gigabytes and truncated files refused; [`read_png`] is the hardened PNG reader
+//!   behind it (any colour type and bit depth).
+//! - [`write_generation_image`]: `.png`, `.jpg`/`.jpeg`/`.jpe` (quality 90) or `.webp`
+//!   (lossless) by the output's extension, with the generation parameters each format can
+//!   hold; [`write_png_atomic`]: PNG with text chunks. Every file is written to a temporary
+//!   file in the target directory, fsynced, then renamed over the target: a reader never sees
+//!   a partial file.
 //! - [`resize_pil`]: Pillow-exact resizing (reference images of edit models).
-//! - [`read_png_text_chunks`] / [`format_text_chunks`]: the metadata of `-M metadata`.
+//! - [`read_text_metadata`] / [`format_metadata`]: the metadata of `-M metadata` (PNG text
+//!   chunks, JPEG EXIF UserComment and COM, WebP EXIF and XMP).
 
+mod decode;
+mod encode;
+mod exif;
 mod metadata;
 mod params;
 mod pil_resize;
@@ -15,8 +23,11 @@ mod read;
 mod resize;
 mod write;
 
+pub use decode::{read_image, read_image_from_bytes, ImageFormat};
+pub use encode::{write_generation_image, OutputFormat, JPEG_QUALITY};
 pub use metadata::{
-    format_text_chunks, read_png_text_chunks, read_png_text_pairs, TextChunk, TextKind,
+    format_metadata, format_text_chunks, read_png_text_chunks, read_png_text_pairs,
+    read_text_metadata, TextChunk, TextKind,
 };
 pub use params::{base_name, GenerationParams, LoraUse, JSON_KEYWORD, PARAMETERS_KEYWORD};
 pub use pil_resize::{resize_pil, resize_pil_luma, PilFilter};
@@ -97,7 +108,7 @@ impl Image {
     }
 }
 
-/// Errors of PNG reading and writing; each names the file.
+/// Errors of image reading and writing; each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageIoError {
     #[error("cannot read '{}': {source}", path.display())]
@@ -112,7 +123,7 @@ pub enum ImageIoError {
         #[source]
         source: std::io::Error,
     },
-    #[error("'{}' is not a valid PNG: {message}", path.display())]
+    #[error("'{}' is not a valid image: {message}", path.display())]
     Decode { path: PathBuf, message: String },
     #[error("'{}' is {width}x{height}, larger than the supported {max_side} pixels per side or {max_pixels} pixels", path.display())]
     TooLarge {
@@ -122,7 +133,7 @@ pub enum ImageIoError {
         max_side: u32,
         max_pixels: u64,
     },
-    #[error("cannot encode PNG '{}': {message}", path.display())]
+    #[error("cannot encode '{}': {message}", path.display())]
     Encode { path: PathBuf, message: String },
     #[error("pixel buffer of {len} bytes does not match {width}x{height}x{channels}")]
     BadBuffer {

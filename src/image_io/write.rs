@@ -1,7 +1,7 @@
-//! Atomic PNG writing with text chunks.
+//! Atomic file writing, and PNG encoding with text chunks.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::params::{GenerationParams, JSON_KEYWORD, PARAMETERS_KEYWORD};
@@ -43,14 +43,23 @@ fn is_latin1(s: &str) -> bool {
 
 /// Writes `image` as PNG to `path` with `text` chunks (keyword, text) before the image
 /// data. Text representable in Latin-1 goes in tEXt, other text in uncompressed iTXt
-/// (UTF-8), as PIL/A1111 do. The file appears at `path` only when complete: it is written
-/// to a temporary file in the same directory, fsynced and renamed over `path`; on error the
-/// temporary file is removed and an existing `path` is left untouched.
+/// (UTF-8), as PIL/A1111 do. The file appears at `path` only when complete (see
+/// [`write_bytes_atomic`]); on error an existing `path` is left untouched.
 pub fn write_png_atomic(
     path: &Path,
     image: &Image,
     text: &[(String, String)],
 ) -> Result<(), ImageIoError> {
+    let bytes = encode_png(path, image, text)?;
+    write_bytes_atomic(path, &bytes)
+}
+
+/// The PNG file of `image` with `text` chunks, in memory (`path` names it in errors).
+pub(super) fn encode_png(
+    path: &Path,
+    image: &Image,
+    text: &[(String, String)],
+) -> Result<Vec<u8>, ImageIoError> {
     // Re-check the buffer: the fields are public, so `Image::new`'s check may be bypassed.
     let expected = image.width as usize * image.height as usize * image.channels.count();
     if image.width == 0 || image.height == 0 || image.data.len() != expected {
@@ -69,25 +78,11 @@ pub fn write_png_atomic(
             });
         }
     }
-    let tmp = temp_path_for(path);
-    let write_err = |source: std::io::Error| ImageIoError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
     let encode_err = |e: png::EncodingError| ImageIoError::Encode {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(write_err)?;
-    let mut guard = TempGuard {
-        path: tmp.clone(),
-        committed: false,
-    };
-    let mut out = BufWriter::new(file);
+    let mut out = Vec::new();
     {
         let mut enc = png::Encoder::new(&mut out, image.width, image.height);
         enc.set_color(match image.channels {
@@ -108,6 +103,29 @@ pub fn write_png_atomic(
         writer.write_image_data(&image.data).map_err(encode_err)?;
         writer.finish().map_err(encode_err)?;
     }
+    Ok(out)
+}
+
+/// Writes `bytes` to `path` so that the file appears only when complete: to a temporary file
+/// in the same directory, fsynced, then renamed over `path`; on error the temporary file is
+/// removed and an existing `path` is left untouched.
+pub(super) fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> Result<(), ImageIoError> {
+    let tmp = temp_path_for(path);
+    let write_err = |source: std::io::Error| ImageIoError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(write_err)?;
+    let mut guard = TempGuard {
+        path: tmp.clone(),
+        committed: false,
+    };
+    let mut out = BufWriter::new(file);
+    out.write_all(bytes).map_err(write_err)?;
     let file: File = out.into_inner().map_err(|e| write_err(e.into_error()))?;
     file.sync_all().map_err(write_err)?;
     drop(file);

@@ -58,11 +58,10 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<OutputCon
         if !seen.insert(parent) && !path.exists() {
             continue;
         }
-        let must_create =
-            check_output_path(&path, cli.mode != Mode::Convert).map_err(|e| CliError::Output {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let must_create = check_output_path(&path).map_err(|e| CliError::Output {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         out.create_parent_dirs |= must_create;
     }
     Ok(out)
