@@ -146,6 +146,15 @@ pub struct OutputConfig {
     pub create_parent_dirs: bool,
 }
 
+/// How ESRGAN upscaling runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpscaleSettings {
+    /// Passes through the upscaler (each multiplies the size by its scale).
+    pub repeats: u32,
+    /// Tile side in input pixels (upstream's default 128); larger inputs go tile by tile.
+    pub tile_size: u32,
+}
+
 /// The validated configuration of one run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -174,6 +183,8 @@ pub struct RunConfig {
     pub clip_skip: Option<u32>,
     pub strength: f32,
     pub inputs: InputImages,
+    /// `--upscale-repeats`, `--upscale-tile-size` (with `--upscale-model`).
+    pub upscale: UpscaleSettings,
     pub sampling: SamplingConfig,
     /// `Some` only with `--vae-tiling`.
     pub vae_tiling: Option<TileSettings>,

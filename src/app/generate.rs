@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::output::{self, BatchInfo};
+use super::upscale::Upscaler;
 use super::RunConfig;
 use crate::error::{Error, Result};
 use crate::image_io::{base_name, read_image, Image};
@@ -42,6 +43,10 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let mut files = ComponentFiles::new(family.name()).with(ComponentId::Diffusion, diffusion);
     files.open_missing(family.components(), &cfg.models, needs)?;
     let loras = super::lora::prepare(cfg, family, &files)?;
+    let upscaler = match cfg.models.upscale_model.as_deref() {
+        Some(path) => Some(Upscaler::load(cfg, path)?),
+        None => None,
+    };
     let backends = BackendPlan::new(cfg.runtime.backends.clone(), cfg.runtime.threads as usize);
     let ctx = LoadContext {
         backends: &backends,
@@ -68,6 +73,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         loras: super::lora::metadata(loras.set.as_deref())?,
         init: init.as_ref(),
         refs: &refs,
+        upscaler: upscaler.as_ref(),
     };
     let result = run_batch(cfg, family, generator.as_mut(), &inputs);
     generator.finish();
@@ -131,6 +137,8 @@ struct RunInputs<'a> {
     loras: Vec<(String, f32, String)>,
     init: Option<&'a Image>,
     refs: &'a [Image],
+    /// `--upscale-model`: applied to each image before it is written.
+    upscaler: Option<&'a Upscaler>,
 }
 
 /// Generates the batch: image i uses seed + i (upstream rule) with fresh noise and sampler
@@ -180,6 +188,10 @@ fn run_batch(
             sampler_rng: sampler_rng.as_mut(),
             tiling: tiling.as_ref(),
         })?;
+        let image = match inputs.upscaler {
+            Some(u) => u.upscale_tensor(&image)?,
+            None => image,
+        };
         output::write(cfg, &info, i, seed, &image, t0)?;
     }
     Ok(())

@@ -10,8 +10,11 @@ mod lora;
 mod metadata;
 mod output;
 pub mod output_path;
+mod upscale;
 
-pub use config::{InputImages, Mode, OutputConfig, RunConfig, RuntimeConfig, SamplingConfig};
+pub use config::{
+    InputImages, Mode, OutputConfig, RunConfig, RuntimeConfig, SamplingConfig, UpscaleSettings,
+};
 pub use devices::print_devices;
 
 use crate::error::{Error, Result};
@@ -31,6 +34,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         Mode::Metadata => metadata::run(cfg),
         Mode::Convert => convert::run(cfg),
         Mode::ImgGen => generate::run(cfg),
+        Mode::Upscale => upscale::run(cfg),
         other => Err(Error::Unsupported(format!(
             "mode '{}' is not implemented yet in this build",
             other.as_str()

@@ -36,9 +36,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--pulid-weights",
     "--pulid-id-embedding",
     "--pulid-id-weight",
-    "--upscale-model",
-    "--upscale-repeats",
-    "--upscale-tile-size",
     "--hires",
     "--hires-upscalers-dir",
     "--ad-model",
@@ -94,7 +91,7 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
 ];
 
 /// Modes that parse but are not implemented yet (edited by the lead).
-pub const UNIMPLEMENTED_MODES: &[Mode] = &[Mode::Adetailer, Mode::VidGen, Mode::Upscale];
+pub const UNIMPLEMENTED_MODES: &[Mode] = &[Mode::Adetailer, Mode::VidGen];
 
 /// The flags from [`UNIMPLEMENTED_FLAGS`] that this run gave on the command line.
 pub fn unimplemented_flags(cfg: &RunConfig) -> Vec<&'static str> {

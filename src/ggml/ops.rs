@@ -128,6 +128,12 @@ impl Context {
         self.wrap(unsafe { sys::ggml_scale_bias(self.raw(), a.raw(), s, b) })
     }
 
+    /// `max(x, 0) + slope · min(x, 0)`.
+    pub fn leaky_relu<'c>(&'c self, a: Tensor<'c>, slope: f32) -> Tensor<'c> {
+        // SAFETY: live tensor; scalar op, not in place.
+        self.wrap(unsafe { sys::ggml_leaky_relu(self.raw(), a.raw(), slope, false) })
+    }
+
     pub fn clamp<'c>(&'c self, a: Tensor<'c>, min: f32, max: f32) -> Tensor<'c> {
         // SAFETY: live tensor; scalar op.
         self.wrap(unsafe { sys::ggml_clamp(self.raw(), a.raw(), min, max) })

@@ -4,4 +4,5 @@
 pub mod dit;
 pub mod te;
 pub mod unet;
+pub mod upscaler;
 pub mod vae;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::app::{InputImages, Mode};
+use crate::app::{InputImages, Mode, UpscaleSettings};
 use crate::cli::args::Cli;
 use crate::cli::checks::{check_hires, image_side, random_seed, read_text};
 use crate::cli::error::{check_finite, invalid, CliError};
@@ -19,6 +19,7 @@ pub(super) struct Generation {
     pub clip_skip: Option<u32>,
     pub strength: f32,
     pub inputs: InputImages,
+    pub upscale: UpscaleSettings,
 }
 
 pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generation, CliError> {
@@ -125,5 +126,9 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generatio
         clip_skip: (g.clip_skip > 0).then_some(g.clip_skip as u32),
         strength,
         inputs,
+        upscale: UpscaleSettings {
+            repeats: g.upscale_repeats as u32,
+            tile_size: g.upscale_tile_size as u32,
+        },
     })
 }

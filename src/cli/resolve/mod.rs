@@ -60,6 +60,7 @@ impl RunConfig {
             clip_skip: gen.clip_skip,
             strength: gen.strength,
             inputs: gen.inputs,
+            upscale: gen.upscale,
             sampling,
             vae_tiling,
             runtime,

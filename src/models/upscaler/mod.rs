@@ -1,0 +1,3 @@
+//! Image upscalers (`-M upscale`, `--upscale-model`).
+
+pub mod esrgan;
