@@ -43,6 +43,20 @@ fn to_png_image(img: &HostTensor) -> Result<Image> {
     )?)
 }
 
+/// Creates the output's missing parent directories when the checks found some (upstream
+/// creates them too).
+pub(super) fn create_parent(cfg: &RunConfig, path: &Path) -> Result<()> {
+    if cfg.output.create_parent_dirs {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::Model {
+                path: parent.to_path_buf(),
+                reason: format!("cannot create the output directory: {e}"),
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes image `index` (seed `seed`) of the batch to its output path, with metadata unless
 /// disabled.
 pub(super) fn write(
@@ -54,14 +68,7 @@ pub(super) fn write(
     started: Instant,
 ) -> Result<()> {
     let path = cfg.output_path_for(index);
-    if cfg.output.create_parent_dirs {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| Error::Model {
-                path: parent.to_path_buf(),
-                reason: format!("cannot create the output directory: {e}"),
-            })?;
-        }
-    }
+    create_parent(cfg, &path)?;
     let plan = batch.plan;
     let params = cfg.output.embed_metadata.then(|| {
         let s = &cfg.sampling;

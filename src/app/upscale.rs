@@ -157,14 +157,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let upscaler = Upscaler::load(cfg, model)?;
     let out = upscaler.upscale(&image)?;
     let path = cfg.output_path_for(0);
-    if cfg.output.create_parent_dirs {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| Error::Model {
-                path: parent.to_path_buf(),
-                reason: format!("cannot create the output directory: {e}"),
-            })?;
-        }
-    }
+    super::output::create_parent(cfg, &path)?;
     write_generation_image(&path, &out, None)?;
     log::info!("saved {}", path.display());
     Ok(())

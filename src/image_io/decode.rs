@@ -7,7 +7,7 @@ use std::path::Path;
 
 use image::{DynamicImage, ImageDecoder, ImageReader};
 
-use super::read::{read_capped, read_png_from_bytes, MAX_PIXELS, MAX_SIDE};
+use super::read::{check_size, read_capped, read_png_from_bytes, MAX_PIXELS, MAX_SIDE};
 use super::{Channels, Image, ImageIoError};
 
 /// A container format, recognised by its first bytes.
@@ -84,15 +84,7 @@ pub fn read_image_from_bytes(bytes: &[u8], name: &Path) -> Result<Image, ImageIo
     if width == 0 || height == 0 {
         return Err(err(format!("{what}: zero image size")));
     }
-    if width > MAX_SIDE || height > MAX_SIDE || width as u64 * height as u64 > MAX_PIXELS {
-        return Err(ImageIoError::TooLarge {
-            path: name.to_path_buf(),
-            width,
-            height,
-            max_side: MAX_SIDE,
-            max_pixels: MAX_PIXELS,
-        });
-    }
+    check_size(width, height, name)?;
     // A broken EXIF block only loses the rotation, as in other viewers.
     let orientation = decoder
         .orientation()

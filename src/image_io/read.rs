@@ -40,6 +40,20 @@ pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>, ImageIoError> {
     Ok(bytes)
 }
 
+/// Refuses images past [`MAX_SIDE`] or [`MAX_PIXELS`], before their pixels are allocated.
+pub(crate) fn check_size(width: u32, height: u32, path: &Path) -> Result<(), ImageIoError> {
+    if width > MAX_SIDE || height > MAX_SIDE || width as u64 * height as u64 > MAX_PIXELS {
+        return Err(ImageIoError::TooLarge {
+            path: path.to_path_buf(),
+            width,
+            height,
+            max_side: MAX_SIDE,
+            max_pixels: MAX_PIXELS,
+        });
+    }
+    Ok(())
+}
+
 /// Decodes PNG bytes of any colour type (gray, gray+alpha, RGB, RGBA, palette, with tRNS)
 /// and bit depth (1..16) into RGB8, or RGBA8 when the image has alpha. `name` is used in
 /// error messages.
@@ -68,15 +82,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Image, ImageIoError> {
     if width == 0 || height == 0 {
         return Err(err("zero image size".into()));
     }
-    if width > MAX_SIDE || height > MAX_SIDE || width as u64 * height as u64 > MAX_PIXELS {
-        return Err(ImageIoError::TooLarge {
-            path: path.to_path_buf(),
-            width,
-            height,
-            max_side: MAX_SIDE,
-            max_pixels: MAX_PIXELS,
-        });
-    }
+    check_size(width, height, path)?;
     // Sized from the header (capped above); a failed allocation is an error, not an abort.
     let mut buf = Vec::new();
     buf.try_reserve_exact(reader.output_buffer_size())
