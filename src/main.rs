@@ -19,6 +19,19 @@ fn main() -> ExitCode {
         app::print_devices();
         return ExitCode::SUCCESS;
     }
+    if let Some(shell) = cli.other.completions {
+        sd_cli::cli::print_completions(shell);
+        return ExitCode::SUCCESS;
+    }
+    if cli.other.man_page {
+        return match sd_cli::cli::print_man_page() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: writing the manual page: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match RunConfig::resolve(cli)
         .map_err(sd_cli::error::Error::from)
         .and_then(|cfg| app::run(&cfg))

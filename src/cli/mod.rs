@@ -4,6 +4,7 @@
 
 pub mod args;
 mod checks;
+mod docs;
 mod error;
 pub mod resolve;
 pub mod unimplemented;
@@ -11,5 +12,6 @@ pub mod unimplemented;
 pub use crate::app::{Mode, RunConfig};
 pub use args::Cli;
 pub use checks::physical_cores;
+pub use docs::{print_completions, print_man_page};
 pub use error::CliError;
 pub use unimplemented::{unimplemented_flags, unimplemented_mode};

@@ -132,6 +132,14 @@ pub struct OtherArgs {
     /// list available ggml backend devices (one 'name<TAB>description' per line) and exit
     #[arg(long = "list-devices")]
     pub list_devices: bool,
+
+    /// print a shell completion script (bash, zsh, fish, elvish, powershell) and exit
+    #[arg(long = "completions", value_name = "SHELL", value_enum)]
+    pub completions: Option<clap_complete::Shell>,
+
+    /// print the manual page (roff; `sd-cli --man-page | man -l -`) and exit
+    #[arg(long = "man-page")]
+    pub man_page: bool,
 }
 
 impl Cli {
