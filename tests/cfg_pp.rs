@@ -79,6 +79,7 @@ fn pixart_cfg_pp_matches_the_transcription() {
                 sampler_rng: srng.as_mut(),
                 vae_tiling: None,
                 init: None,
+                preview: None,
             })
             .unwrap();
         assert_close(
@@ -119,6 +120,7 @@ fn qwen_image_2_1_cfg_pp_matches_the_transcription() {
                 keep_prefix_cache: false,
                 init: None,
                 edit: None,
+                preview: None,
             })
             .unwrap();
         assert_close(&format!("qwen {name}"), &x, &tensor(&reference, name), 1e-3);

@@ -101,6 +101,7 @@ fn stages_match_diffusers() {
             sampler_rng: srng.as_mut(),
             vae_tiling: None,
             init: None,
+            preview: None,
         })
         .unwrap();
     let got = HostTensor::new(z.ne, z.data.clone()).unwrap();

@@ -86,6 +86,7 @@ fn sample_with(
             keep_prefix_cache: false,
             init,
             edit,
+            preview: None,
         })
         .unwrap();
     HostTensor::new(x.ne, x.data).unwrap()

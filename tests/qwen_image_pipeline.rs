@@ -82,6 +82,7 @@ fn stages_match_diffusers() {
             keep_prefix_cache: false,
             init: None,
             edit: None,
+            preview: None,
         })
         .unwrap();
     assert_eq!(pipe.prefix_cache_bytes(), 0, "cache freed after sampling");
@@ -121,6 +122,7 @@ fn sizes_must_be_multiples_of_32() {
             keep_prefix_cache: false,
             init: None,
             edit: None,
+            preview: None,
         })
         .unwrap_err()
         .to_string();
@@ -277,6 +279,7 @@ fn one_step(pipe: &QwenImage21Pipeline) -> Vec<f32> {
         keep_prefix_cache: false,
         init: None,
         edit: None,
+        preview: None,
     })
     .unwrap()
     .data

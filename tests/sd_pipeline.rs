@@ -224,6 +224,7 @@ fn conditioning_and_latent_match_diffusers() {
                 noise_rng: noise.as_mut(),
                 sampler_rng: srng.as_mut(),
                 init: None,
+                preview: None,
             })
             .unwrap();
         assert_close(

@@ -144,6 +144,20 @@ pub struct OutputConfig {
     pub embed_metadata: bool,
     /// Some parent directory of an output does not exist yet; create it before writing.
     pub create_parent_dirs: bool,
+    /// `--preview` and its flags; `None` for `--preview none`.
+    pub preview: Option<PreviewSettings>,
+}
+
+/// Previews while sampling.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PreviewSettings {
+    pub method: crate::pipeline::preview::PreviewMethod,
+    /// `--preview-path` (its extension picks the format, as for `-o`).
+    pub path: PathBuf,
+    /// `--preview-interval`: every this many steps (and the last one).
+    pub interval: u32,
+    /// `--preview-noisy`.
+    pub noisy: bool,
 }
 
 /// How ESRGAN upscaling runs.

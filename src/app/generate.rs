@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::output::{self, BatchInfo};
+use super::preview::FilePreview;
 use super::upscale::Upscaler;
 use super::RunConfig;
 use crate::error::{Error, Result};
@@ -14,6 +15,7 @@ use crate::pipeline::components::{
 use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, InputSummary, LoadContext,
 };
+use crate::pipeline::preview::PreviewSink;
 use crate::pipeline::registry;
 use crate::runner::BackendPlan;
 
@@ -171,6 +173,11 @@ fn run_batch(
         strength: init.is_some().then_some(cfg.strength),
         loras: inputs.loras.clone(),
     };
+    let mut preview = cfg
+        .output
+        .preview
+        .clone()
+        .map(|p| FilePreview::new(p, plan.steps));
     for i in 0..cfg.batch_count {
         let seed = cfg.seed.wrapping_add(i as i64);
         let mut noise_rng = cfg.sampling.rng.create(seed as u64);
@@ -187,6 +194,7 @@ fn run_batch(
             noise_rng: noise_rng.as_mut(),
             sampler_rng: sampler_rng.as_mut(),
             tiling: tiling.as_ref(),
+            preview: preview.as_mut().map(|p| p as &mut dyn PreviewSink),
         })?;
         let image = match inputs.upscaler {
             Some(u) => u.upscale_tensor(&image)?,

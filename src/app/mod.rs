@@ -10,10 +10,12 @@ mod lora;
 mod metadata;
 mod output;
 pub mod output_path;
+mod preview;
 mod upscale;
 
 pub use config::{
-    InputImages, Mode, OutputConfig, RunConfig, RuntimeConfig, SamplingConfig, UpscaleSettings,
+    InputImages, Mode, OutputConfig, PreviewSettings, RunConfig, RuntimeConfig, SamplingConfig,
+    UpscaleSettings,
 };
 pub use devices::print_devices;
 

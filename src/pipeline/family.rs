@@ -183,6 +183,18 @@ pub struct ImageJob<'a> {
     pub noise_rng: &'a mut dyn Rng,
     pub sampler_rng: &'a mut dyn Rng,
     pub tiling: Option<&'a TileSettings>,
+    /// `--preview`: where pictures of the latent go while sampling.
+    pub preview: Option<&'a mut (dyn super::preview::PreviewSink + 'static)>,
+}
+
+impl<'a> ImageJob<'a> {
+    /// The job's preview request (with its tiling), if previews are on.
+    pub fn preview_request(
+        preview: Option<&'a mut (dyn super::preview::PreviewSink + 'static)>,
+        tiling: Option<&'a TileSettings>,
+    ) -> Option<super::preview::PreviewRequest<'a>> {
+        preview.map(|sink| super::preview::PreviewRequest { sink, tiling })
+    }
 }
 
 /// What a generator's `prepare` keeps for the batch: the size, the init image's latent, and

@@ -10,6 +10,7 @@ pub mod lora;
 mod memo;
 pub mod model_args;
 pub mod pixart;
+pub mod preview;
 pub mod prompt;
 pub mod qwen_image_2_1;
 pub mod ref_args;
@@ -78,6 +79,8 @@ pub(crate) struct SampleJob<'a> {
     pub sampler_rng: &'a mut dyn crate::rng::Rng,
     /// img2img: the init image's sampler latent and `--strength`.
     pub init: Option<(&'a crate::tensor::HostTensor, f32)>,
+    /// `--preview`: pictures of the latent while sampling.
+    pub preview: Option<preview::LatentPreview<'a>>,
 }
 
 /// The sampling every family shares: the start latent ([`start_latent`]), the guided denoiser
@@ -94,7 +97,18 @@ pub(crate) fn denoise<M: crate::sampling::GuidedModel>(
     let (x0, sigmas) = start_latent(schedule, sigmas, job.noise_rng, shape, job.init)?;
     let steps = sigmas.len().saturating_sub(1);
     let mut progress = crate::progress::Progress::new("sampling", steps);
-    let mut on_step = |s| progress.set(s);
+    let mut preview = job.preview;
+    let mut on_step = |s: crate::sampling::StepState<'_>| {
+        progress.set(s.step);
+        if let Some(p) = preview.as_mut() {
+            let latent = if p.sink.noisy() {
+                s.model_input
+            } else {
+                s.denoised
+            };
+            p.step(s.step, shape, latent);
+        }
+    };
     let mut denoiser = crate::sampling::GuidedDenoiser {
         model,
         prediction,

@@ -125,6 +125,16 @@ pub fn combine(p: &Predictions, g: &Guidance) -> Result<Vec<f32>, SamplingError>
     }
 }
 
+/// One evaluation of the model, as step observers (progress bars, previews) see it.
+pub struct StepState<'s> {
+    /// The 1-based sampling step.
+    pub step: usize,
+    /// The model's (scaled) input: the noisy latent `x · c_in`.
+    pub model_input: &'s [f32],
+    /// The denoised estimate.
+    pub denoised: &'s [f32],
+}
+
 /// The denoiser of a sampling run: a [`GuidedModel`] under a parameterisation and noise table,
 /// with guidance.
 pub struct GuidedDenoiser<'a, M: GuidedModel> {
@@ -132,8 +142,8 @@ pub struct GuidedDenoiser<'a, M: GuidedModel> {
     pub prediction: Prediction,
     pub schedule: &'a ModelSchedule,
     pub guidance: Guidance,
-    /// Called with the 1-based step after each evaluation (progress bars).
-    pub on_step: &'a mut dyn FnMut(usize),
+    /// Called after each evaluation (progress bars, previews).
+    pub on_step: &'a mut dyn FnMut(StepState<'_>),
 }
 
 impl<M: GuidedModel> GuidedDenoiser<'_, M> {
@@ -162,7 +172,11 @@ impl<M: GuidedModel> GuidedDenoiser<'_, M> {
             .map_err(|message| SamplingError::Denoiser { sigma, message })?;
         let guided = combine(&preds, &self.guidance)?;
         let denoised = self.prediction.to_denoised(&guided, x, sigma)?;
-        (self.on_step)(step);
+        (self.on_step)(StepState {
+            step,
+            model_input: &x_in,
+            denoised: &denoised,
+        });
         Ok((denoised, preds))
     }
 }
@@ -248,7 +262,7 @@ mod tests {
     fn cfg_pp_gets_the_unconditional_estimate() {
         let schedule = ModelSchedule::Flow { shift: 1.0 };
         let mut steps = vec![];
-        let mut on_step = |s| steps.push(s);
+        let mut on_step = |s: StepState<'_>| steps.push(s.step);
         let mut d = GuidedDenoiser {
             model: Affine {
                 calls: vec![],

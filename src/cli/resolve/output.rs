@@ -4,9 +4,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::app::output_path::{check_output_path, output_path_for};
-use crate::app::{Mode, OutputConfig};
+use crate::app::{Mode, OutputConfig, PreviewSettings};
 use crate::cli::args::Cli;
-use crate::cli::error::CliError;
+use crate::cli::error::{invalid, CliError};
 
 pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<OutputConfig, CliError> {
     let o = &cli.output;
@@ -27,6 +27,7 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<OutputCon
         begin_idx,
         embed_metadata: !o.disable_image_metadata,
         create_parent_dirs: false,
+        preview: preview(o)?,
     };
     if cli.mode == Mode::Metadata {
         return Ok(out);
@@ -65,4 +66,35 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<OutputCon
         out.create_parent_dirs |= must_create;
     }
     Ok(out)
+}
+
+/// `--preview` and its flags.
+fn preview(o: &crate::cli::args::OutputArgs) -> Result<Option<PreviewSettings>, CliError> {
+    if o.preview == "none" {
+        return Ok(None);
+    }
+    let method = o
+        .preview
+        .parse()
+        .map_err(|reason: String| invalid("--preview", &o.preview, &reason))?;
+    if o.preview_interval < 1 {
+        return Err(invalid(
+            "--preview-interval",
+            o.preview_interval,
+            "must be at least 1",
+        ));
+    }
+    if o.preview_path.is_dir() {
+        return Err(invalid(
+            "--preview-path",
+            o.preview_path.display(),
+            "is a directory; give a file name such as preview.png",
+        ));
+    }
+    Ok(Some(PreviewSettings {
+        method,
+        path: o.preview_path.clone(),
+        interval: o.preview_interval as u32,
+        noisy: o.preview_noisy,
+    }))
 }

@@ -24,6 +24,7 @@ use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
 };
+use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::prompt::PromptTemplate;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
@@ -64,6 +65,8 @@ pub struct PixArtRequest<'a> {
     pub vae_tiling: Option<&'a TileSettings>,
     /// img2img: the encoded init image (scaled latent, [w, h, C]) and `--strength`.
     pub init: Option<(&'a HostTensor, f32)>,
+    /// `--preview` (no `proj` matrix is known for PixArt, as upstream).
+    pub preview: Option<PreviewRequest<'a>>,
 }
 
 /// DDPM linear betas 1e-4 → 0.02 over 1000 steps (PixArt's training schedule).
@@ -342,7 +345,11 @@ impl PixArtPipeline {
             noise_rng: req.noise_rng,
             sampler_rng: req.sampler_rng,
             init: req.init,
+            preview: req.preview.map(|p| p.with(None, &self.vae)),
         };
+        if let Some(p) = &job.preview {
+            p.check("PixArt");
+        }
         let (latent, steps) =
             denoise(model, self.prediction, &self.schedule, job, (lw, lh, lat_c))?;
         let mib = |b: usize| b as f64 / 1048576.0;
@@ -450,6 +457,7 @@ impl Generator for PixArtPipeline {
             sampler_rng: job.sampler_rng,
             vae_tiling: job.tiling,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
+            preview: ImageJob::preview_request(job.preview, job.tiling),
         })
     }
 }

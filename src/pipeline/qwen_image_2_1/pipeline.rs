@@ -35,6 +35,7 @@ use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
 };
 use crate::pipeline::memo::Memo;
+use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
@@ -76,6 +77,8 @@ pub struct QwenImage21Request<'a> {
     pub init: Option<(&'a HostTensor, f32)>,
     /// Editing: the prepared reference images ([`QwenImage21Pipeline::prepare_edit`]).
     pub edit: Option<&'a EditInputs>,
+    /// `--preview` (no `proj` matrix is known for this VAE, as upstream).
+    pub preview: Option<PreviewRequest<'a>>,
 }
 
 pub struct QwenImage21Pipeline {
@@ -343,7 +346,11 @@ impl QwenImage21Pipeline {
             noise_rng: req.noise_rng,
             sampler_rng: req.sampler_rng,
             init: req.init,
+            preview: req.preview.map(|p| p.with(None, &self.vae)),
         };
+        if let Some(p) = &job.preview {
+            p.check("Qwen Image 2.1");
+        }
         let result = denoise(model, self.prediction, &schedule, job, (lw, lh, c));
         if !req.keep_prefix_cache || result.is_err() {
             self.release_prefix_cache();
@@ -503,6 +510,7 @@ impl Generator for QwenImage21Pipeline {
             keep_prefix_cache: job.more_follow,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
             edit: batch.extra.as_ref(),
+            preview: ImageJob::preview_request(job.preview, job.tiling),
         })
     }
 

@@ -20,6 +20,7 @@ use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::taesd::Taesd;
 use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
+use crate::pipeline::preview::{PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
@@ -414,6 +415,14 @@ impl SdPipeline {
             noise_rng: req.noise_rng,
             sampler_rng: req.sampler_rng,
             init: req.init,
+            preview: req.preview.map(|p| {
+                let projection = if self.version == SdVersion::Sdxl {
+                    SDXL_PROJECTION
+                } else {
+                    SD_PROJECTION
+                };
+                p.with(Some(projection), &self.vae)
+            }),
         };
         let (latent, steps) =
             denoise(model, self.prediction, &self.schedule, job, (lw, lh, lat_c))?;
@@ -454,6 +463,8 @@ pub struct SdRequest<'a> {
     pub sampler_rng: &'a mut dyn crate::rng::Rng,
     /// img2img: the encoded init image (scaled latent, [w, h, C]) and `--strength`.
     pub init: Option<(&'a HostTensor, f32)>,
+    /// `--preview`.
+    pub preview: Option<PreviewRequest<'a>>,
 }
 
 /// The UNet as the guided denoiser's model: cond and uncond in one batch when their contexts
@@ -546,6 +557,7 @@ impl Generator for SdPipeline {
             noise_rng: job.noise_rng,
             sampler_rng: job.sampler_rng,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
+            preview: ImageJob::preview_request(job.preview, job.tiling),
         })?;
         let t = Instant::now();
         let image = self.decode(&z, job.tiling)?;
