@@ -60,6 +60,7 @@ fn pixart_cfg_pp_matches_the_transcription() {
             clip_skip: None,
             embd_dir: None,
             lora: None,
+            taesd_preview_only: false,
         },
     )
     .unwrap();

@@ -614,17 +614,13 @@ fn prompt_files_and_unimplemented_flags() {
         o.to_str().unwrap(),
         "--preview",
         "proj",
-        "--taesd-preview-only",
         "--hires",
         "--steps",
         "4",
     ])
     .unwrap();
     assert_eq!(cfg.prompt, "a cat\nin a hat");
-    assert_eq!(
-        unimplemented_flags(&cfg),
-        vec!["--hires", "--taesd-preview-only"]
-    );
+    assert_eq!(unimplemented_flags(&cfg), vec!["--hires"]);
     let e = resolve(&["-m", &m, "--prompt-file", "/no/such.txt"])
         .unwrap_err()
         .to_string();

@@ -62,6 +62,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan) -> PixArtPipeline {
             clip_skip: None,
             embd_dir: None,
             lora: None,
+            taesd_preview_only: false,
         },
     )
     .expect("pipeline loads")

@@ -126,3 +126,36 @@ fn noisy_previews_and_bad_flags() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--preview-interval"));
 }
+
+/// `--taesd-preview-only`: TAESD draws the previews, the VAE the final picture (as without
+/// `--taesd`), each matching diffusers' decode of the same run.
+#[test]
+fn taesd_preview_only_keeps_the_vae_for_the_picture() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, prev) = (dir.path().join("out.png"), dir.path().join("tae.png"));
+    let taesd = fixture_path("sd_pipeline/taesd");
+    ok(&sd1(
+        &out,
+        &[
+            "--taesd",
+            s(&taesd),
+            "--taesd-preview-only",
+            "--preview",
+            "tae",
+            "--preview-path",
+            s(&prev),
+        ],
+    ));
+    let vae = image_bytes(&tensor(
+        &open_fixture("sd_pipeline/sd1/reference.safetensors"),
+        "image",
+    ));
+    let tae = image_bytes(&tensor(
+        &open_fixture("sd_pipeline/taesd/reference.safetensors"),
+        "image",
+    ));
+    let picture = psnr(&read_image(&out).unwrap().data, &vae);
+    let preview = psnr(&read_image(&prev).unwrap().data, &tae);
+    eprintln!("picture vs diffusers VAE: {picture:.1} dB; last preview vs TAESD: {preview:.1} dB");
+    assert!(picture >= 60.0 && preview >= 60.0);
+}

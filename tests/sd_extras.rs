@@ -93,6 +93,7 @@ fn load(model: &Path, embd_dir: Option<&Path>) -> SdPipeline {
             clip_skip: None,
             embd_dir,
             lora: None,
+            taesd_preview_only: false,
         },
     )
     .expect("pipeline loads")

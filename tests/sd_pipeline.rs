@@ -63,6 +63,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan, clip_skip: Option<u32>) -> S
             clip_skip,
             embd_dir: None,
             lora: None,
+            taesd_preview_only: false,
         },
     )
     .expect("pipeline loads")

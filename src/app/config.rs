@@ -146,6 +146,8 @@ pub struct OutputConfig {
     pub create_parent_dirs: bool,
     /// `--preview` and its flags; `None` for `--preview none`.
     pub preview: Option<PreviewSettings>,
+    /// `--taesd-preview-only`.
+    pub taesd_preview_only: bool,
 }
 
 /// Previews while sampling.

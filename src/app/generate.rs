@@ -62,6 +62,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         clip_skip: cfg.clip_skip,
         embd_dir: cfg.models.embd_dir.as_deref(),
         lora: loras.set.clone(),
+        taesd_preview_only: cfg.output.taesd_preview_only,
     };
     let mut generator = family.load(&files, &ctx)?;
     drop(files);

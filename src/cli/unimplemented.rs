@@ -79,7 +79,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--stream-layers",
     "--eager-load",
     "--auto-fit",
-    "--taesd-preview-only",
     "--imat-out",
     "--imat-in",
     "--convert-name",

@@ -132,6 +132,8 @@ pub struct LoadContext<'a> {
     pub embd_dir: Option<&'a Path>,
     /// The run's LoRAs (from the prompt's `<lora:...>` tags).
     pub lora: Option<Rc<LoraSet>>,
+    /// `--taesd-preview-only`: TAESD draws the previews, the VAE the final image.
+    pub taesd_preview_only: bool,
 }
 
 impl LoadContext<'_> {

@@ -79,6 +79,7 @@ pub fn qwen_pipeline(
             clip_skip: None,
             embd_dir: None,
             lora: None,
+            taesd_preview_only: false,
         },
     )
     .expect("pipeline loads")

@@ -28,6 +28,7 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<OutputCon
         embed_metadata: !o.disable_image_metadata,
         create_parent_dirs: false,
         preview: preview(o)?,
+        taesd_preview_only: o.taesd_preview_only,
     };
     if cli.mode == Mode::Metadata {
         return Ok(out);

@@ -20,7 +20,7 @@ use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::taesd::Taesd;
 use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
-use crate::pipeline::preview::{PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
+use crate::pipeline::preview::{PreviewMethod, PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
@@ -38,6 +38,8 @@ pub struct SdPipeline {
     text: SdConditioner,
     unet: Loaded<UNet>,
     vae: VaeStage,
+    /// TAESD for `--preview tae` with `--taesd-preview-only`.
+    preview_vae: Option<VaeStage>,
     schedule: ModelSchedule,
     prediction: Prediction,
     /// The batch's size and init-image latent (set by `prepare`).
@@ -96,25 +98,31 @@ fn encoder_layers(
     Ok(layers)
 }
 
-/// The VAE stage: TAESD when `--taesd` was given (it reads the diffusion model's latents as
-/// they are), else the AutoencoderKL with the version's latent scale. Convolutions keep the
-/// file's float type (`--type` does not apply).
+/// TAESD (`--taesd`), when its file was given: it reads the diffusion model's latents as they
+/// are.
+fn load_taesd(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Option<VaeStage>> {
+    let Some(tae) = files.get(TAESD.id).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let need_encoder = ctx.needs.encoder;
+    let src = StoreSource::new(&tae.store, ComponentId::Taesd.prefix());
+    let opts = ctx.load_options(ComponentId::Taesd, false)?;
+    let tae = Runner::load("taesd", &src, opts, |wb| -> Result<Taesd> {
+        Ok(Taesd::new(wb, need_encoder)?)
+    })?;
+    Ok(Some(VaeStage::new(
+        tae,
+        LatentNorm::Scale {
+            scale: 1.0,
+            shift: 0.0,
+        },
+    )))
+}
+
+/// The VAE stage of the final decode: the AutoencoderKL with the version's latent scale.
+/// Convolutions keep the file's float type (`--type` does not apply).
 fn load_vae(files: &ComponentFiles, ctx: &LoadContext<'_>, version: SdVersion) -> Result<VaeStage> {
     let need_encoder = ctx.needs.encoder;
-    if let Some(tae) = files.get(TAESD.id).filter(|s| !s.is_empty()) {
-        let src = StoreSource::new(&tae.store, ComponentId::Taesd.prefix());
-        let opts = ctx.load_options(ComponentId::Taesd, false)?;
-        let tae = Runner::load("taesd", &src, opts, |wb| -> Result<Taesd> {
-            Ok(Taesd::new(wb, need_encoder)?)
-        })?;
-        return Ok(VaeStage::new(
-            tae,
-            LatentNorm::Scale {
-                scale: 1.0,
-                shift: 0.0,
-            },
-        ));
-    }
     let vae_files = files.get(VAE.id).filter(|s| !s.is_empty()).ok_or_else(|| {
         Error::Unsupported(
             "Stable Diffusion needs a VAE: none was found in the model files (pass --vae, \
@@ -239,7 +247,12 @@ impl SdPipeline {
         }
         bar.tick();
 
-        let vae = load_vae(files, ctx, version)?;
+        // TAESD decodes instead of the VAE, or with `--taesd-preview-only` only the previews.
+        let (vae, preview_vae) = match load_taesd(files, ctx)? {
+            Some(tae) if ctx.taesd_preview_only => (load_vae(files, ctx, version)?, Some(tae)),
+            Some(tae) => (tae, None),
+            None => (load_vae(files, ctx, version)?, None),
+        };
         bar.tick();
 
         let mut pipe = Self {
@@ -247,6 +260,7 @@ impl SdPipeline {
             text,
             unet,
             vae,
+            preview_vae,
             schedule: ModelSchedule::sd_discrete(),
             prediction: Prediction::Eps,
             batch: None,
@@ -421,7 +435,11 @@ impl SdPipeline {
                 } else {
                     SD_PROJECTION
                 };
-                p.with(Some(projection), &self.vae)
+                let decoder = match (p.sink.method(), &self.preview_vae) {
+                    (PreviewMethod::Tae, Some(tae)) => tae,
+                    _ => &self.vae,
+                };
+                p.with(Some(projection), decoder)
             }),
         };
         let (latent, steps) =
