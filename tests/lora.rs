@@ -90,73 +90,56 @@ fn sd1_folder() -> PathBuf {
 #[test]
 fn sd1_kohya_lora_matches_diffusers_on_folder_and_single_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let want = reference("sd1_kohya");
-    let prompt = format!("{PROMPT}<lora:sd1_kohya:0.8>");
-    let out = tmp.path().join("folder.png");
-    let o = sd_run(&["-m", s(&sd1_folder())], &prompt, &[], &out);
-    check(
-        &image(&o, &out, "folder"),
-        &want,
-        "sd1 kohya, diffusers folder",
-        60.0,
-    );
-
+    let folder = sd1_folder();
     // The LDM single file: the kohya (diffusers block names) LoRA finds its LDM weights.
     let single = assemble_checkpoint(&sd_dir(), "sd1.single", tmp.path());
-    let out = tmp.path().join("single.png");
-    let o = sd_run(&["-m", s(&single)], &prompt, &[], &out);
-    check(
-        &image(&o, &out, "single"),
-        &want,
-        "sd1 kohya, LDM single file",
-        60.0,
-    );
-
-    // LDM-named modules on the diffusers folder.
-    let prompt = format!("{PROMPT}<lora:sd1_kohya_ldm:0.8>");
-    let out = tmp.path().join("ldm.png");
-    let o = sd_run(&["-m", s(&sd1_folder())], &prompt, &[], &out);
-    check(
-        &image(&o, &out, "ldm names"),
-        &want,
-        "sd1 kohya in LDM names",
-        60.0,
-    );
-
-    // The same LoRA as a PyTorch checkpoint (found by its `.pt` extension), and as a GGUF.
-    let prompt = format!("{PROMPT}<lora:sd1_kohya_pt:0.8>");
-    let out = tmp.path().join("pt.png");
-    let o = sd_run(&["-m", s(&sd1_folder())], &prompt, &[], &out);
-    check(&image(&o, &out, "pt"), &want, "sd1 kohya as .pt", 60.0);
-    let gguf_dir = tempfile::tempdir().unwrap();
-    let gguf = gguf_dir.path().join("kohya_gguf.gguf");
+    // The same LoRA as a GGUF, named by its absolute path (outside --lora-model-dir).
+    let gguf = tmp.path().join("kohya_gguf.gguf");
+    let kohya = lora_dir().join("sd1_kohya.safetensors");
     let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
         .args([
             "-M",
             "convert",
             "-m",
-            s(&lora_dir().join("sd1_kohya.safetensors")),
+            s(&kohya),
+            "--type",
+            "f16",
+            "-o",
+            s(&gguf),
         ])
-        .args(["--type", "f16", "-o", s(&gguf)])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let out = tmp.path().join("gguf.png");
-    // Named by its absolute path (outside --lora-model-dir).
-    let prompt = format!("{PROMPT}<lora:{}:0.8>", s(&gguf));
-    let o = sd_run(&["-m", s(&sd1_folder())], &prompt, &[], &out);
-    check(&image(&o, &out, "gguf"), &want, "sd1 kohya as GGUF", 60.0);
-
-    let prompt = format!("<lora:sd1_kohya:-0.5>{PROMPT}");
-    let out = tmp.path().join("neg.png");
-    let o = sd_run(&["-m", s(&sd1_folder())], &prompt, &[], &out);
-    let want = reference("sd1_kohya_neg");
-    check(
-        &image(&o, &out, "negative"),
-        &want,
-        "sd1 kohya at -0.5",
-        60.0,
-    );
+    let cases = [
+        ("diffusers folder", &folder, "sd1_kohya:0.8", "sd1_kohya"),
+        ("LDM single file", &single, "sd1_kohya:0.8", "sd1_kohya"),
+        (
+            "LDM-named modules",
+            &folder,
+            "sd1_kohya_ldm:0.8",
+            "sd1_kohya",
+        ),
+        // Found by its `.pt` extension.
+        (
+            "PyTorch checkpoint",
+            &folder,
+            "sd1_kohya_pt:0.8",
+            "sd1_kohya",
+        ),
+        ("GGUF", &folder, &format!("{}:0.8", s(&gguf)), "sd1_kohya"),
+        ("weight -0.5", &folder, "sd1_kohya:-0.5", "sd1_kohya_neg"),
+    ];
+    for (i, (what, model, tag, want)) in cases.iter().enumerate() {
+        let prompt = format!("{PROMPT}<lora:{tag}>");
+        let out = tmp.path().join(format!("{i}.png"));
+        let o = sd_run(&["-m", s(model)], &prompt, &[], &out);
+        check(
+            &image(&o, &out, what),
+            &reference(want),
+            &format!("sd1 kohya, {what}"),
+            60.0,
+        );
+    }
 }
 
 #[test]
