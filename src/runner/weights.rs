@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::time::Instant;
 
@@ -127,21 +127,21 @@ impl<'s> WeightLoader<'s> {
                 role: d.role,
             })
             .collect();
-        // Adapted weights: merged ones load through f32; run-time ones get factor tensors.
-        let mut merged = HashMap::new();
+        // Adapted weights: merged ones load through f32 (their differences are read when the
+        // weight loads, one weight's at a time); run-time ones get factor tensors.
+        let mut merged = HashSet::new();
         let mut runtime = Vec::new();
         if let Some(adapters) = self.adapters {
             let mode = adapters.mode();
             for i in adapters.targets(&declared)? {
-                let patches = adapters.patches(&declared, i)?;
-                let beside = mode == AdapterMode::Runtime
-                    && declared[i].role != WeightRole::Plain
-                    && !patches.iter().any(|p| p.delta.needs_weight());
-                if beside {
-                    runtime.push((i, runtime_factors(&declared[i], &patches)));
-                } else {
-                    merged.insert(i, patches);
+                if mode == AdapterMode::Runtime && declared[i].role != WeightRole::Plain {
+                    let patches = adapters.patches(&declared, i)?;
+                    if !patches.iter().any(|p| p.delta.needs_weight()) {
+                        runtime.push((i, runtime_factors(&declared[i], &patches)));
+                        continue;
+                    }
                 }
+                merged.insert(i);
             }
         }
         let n_model = decls.len();
@@ -185,8 +185,11 @@ impl<'s> WeightLoader<'s> {
         let mut bytes_total = 0usize;
         for (i, d) in decls[..n_model].iter().enumerate() {
             let t = arena.get(i);
-            let patches = merged.get(&i).map(Vec::as_slice);
-            bytes_total += load_tensor(self.source, d, t, patches)?;
+            let patches = match self.adapters {
+                Some(a) if merged.contains(&i) => Some(a.patches(&declared, i)?),
+                _ => None,
+            };
+            bytes_total += load_tensor(self.source, d, t, patches.as_deref())?;
         }
         for (k, data) in factor_data.iter().enumerate() {
             let d = &decls[n_model + k];
