@@ -81,6 +81,7 @@ fn pixart_cfg_pp_matches_the_transcription() {
                 vae_tiling: None,
                 init: None,
                 preview: None,
+                mask: None,
             })
             .unwrap();
         assert_close(
@@ -122,6 +123,7 @@ fn qwen_image_2_1_cfg_pp_matches_the_transcription() {
                 init: None,
                 edit: None,
                 preview: None,
+                mask: None,
             })
             .unwrap();
         assert_close(&format!("qwen {name}"), &x, &tensor(&reference, name), 1e-3);

@@ -614,13 +614,14 @@ fn prompt_files_and_unimplemented_flags() {
         o.to_str().unwrap(),
         "--preview",
         "proj",
-        "--hires",
+        "--control-net",
+        &m,
         "--steps",
         "4",
     ])
     .unwrap();
     assert_eq!(cfg.prompt, "a cat\nin a hat");
-    assert_eq!(unimplemented_flags(&cfg), vec!["--hires"]);
+    assert_eq!(unimplemented_flags(&cfg), vec!["--control-net"]);
     let e = resolve(&["-m", &m, "--prompt-file", "/no/such.txt"])
         .unwrap_err()
         .to_string();

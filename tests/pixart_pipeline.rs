@@ -103,6 +103,7 @@ fn stages_match_diffusers() {
             vae_tiling: None,
             init: None,
             preview: None,
+            mask: None,
         })
         .unwrap();
     let got = HostTensor::new(z.ne, z.data.clone()).unwrap();

@@ -87,6 +87,7 @@ fn sample_with(
             init,
             edit,
             preview: None,
+            mask: None,
         })
         .unwrap();
     HostTensor::new(x.ne, x.data).unwrap()

@@ -83,6 +83,7 @@ fn stages_match_diffusers() {
             init: None,
             edit: None,
             preview: None,
+            mask: None,
         })
         .unwrap();
     assert_eq!(pipe.prefix_cache_bytes(), 0, "cache freed after sampling");
@@ -123,6 +124,7 @@ fn sizes_must_be_multiples_of_32() {
             init: None,
             edit: None,
             preview: None,
+            mask: None,
         })
         .unwrap_err()
         .to_string();
@@ -280,6 +282,7 @@ fn one_step(pipe: &QwenImage21Pipeline) -> Vec<f32> {
         init: None,
         edit: None,
         preview: None,
+        mask: None,
     })
     .unwrap()
     .data

@@ -226,6 +226,9 @@ fn conditioning_and_latent_match_diffusers() {
                 sampler_rng: srng.as_mut(),
                 init: None,
                 preview: None,
+                mask: None,
+                concat: None,
+                condition_size: None,
             })
             .unwrap();
         assert_close(

@@ -171,6 +171,53 @@ pub struct UpscaleSettings {
     pub tile_size: u32,
 }
 
+/// How the hires fix enlarges the first pass's result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HiresMethod {
+    /// The latent ("Latent", "Latent (nearest)", ...).
+    Latent(crate::pipeline::resample::Resample),
+    /// The decoded image with a filter ("Lanczos", "Nearest").
+    Image(crate::pipeline::resample::Resample),
+    /// The decoded image through an ESRGAN model (a name under `--hires-upscalers-dir`).
+    Model(PathBuf),
+}
+
+/// `--hires` and its flags, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HiresSettings {
+    pub method: HiresMethod,
+    /// `--hires-upscaler` as given (for the metadata).
+    pub name: String,
+    pub scale: f32,
+    /// `--hires-width` / `--hires-height` (0: from the other one, else from the scale).
+    pub width: u32,
+    pub height: u32,
+    /// `--hires-steps` (0: `--steps`).
+    pub steps: u32,
+    /// `--hires-denoising-strength`.
+    pub strength: f32,
+    /// `--hires-upscale-tile-size`.
+    pub tile_size: u32,
+    /// `--hires-sigmas`.
+    pub sigmas: Option<Vec<f32>>,
+}
+
+impl HiresSettings {
+    /// The target size for a first pass of `w × h` (upstream's rule: both sizes, or one of
+    /// them for both sides, else the scale), before the model's size rule.
+    pub fn target(&self, w: u32, h: u32) -> (u32, u32) {
+        match (self.width, self.height) {
+            (0, 0) => (
+                (w as f32 * self.scale).round() as u32,
+                (h as f32 * self.scale).round() as u32,
+            ),
+            (tw, 0) => (tw, tw),
+            (0, th) => (th, th),
+            (tw, th) => (tw, th),
+        }
+    }
+}
+
 /// The validated configuration of one run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -201,6 +248,8 @@ pub struct RunConfig {
     pub inputs: InputImages,
     /// `--upscale-repeats`, `--upscale-tile-size` (with `--upscale-model`).
     pub upscale: UpscaleSettings,
+    /// `--hires` (`None`: off, or `--hires-upscaler None`).
+    pub hires: Option<HiresSettings>,
     pub sampling: SamplingConfig,
     /// `Some` only with `--vae-tiling`.
     pub vae_tiling: Option<TileSettings>,

@@ -6,18 +6,20 @@ use std::time::Instant;
 use super::output::{self, BatchInfo};
 use super::preview::FilePreview;
 use super::upscale::Upscaler;
-use super::RunConfig;
+use super::{HiresMethod, HiresSettings, RunConfig};
 use crate::error::{Error, Result};
-use crate::image_io::{base_name, read_image, Image};
+use crate::image_io::{base_name, read_image, HiresUse, Image};
 use crate::pipeline::components::{
     ComponentFiles, ComponentId, ComponentStore, MetaSlot, ModelFlag, Needs,
 };
 use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, InputSummary, LoadContext,
 };
+use crate::pipeline::hires::{hires_plan, HiresJob, HiresUpscaler};
 use crate::pipeline::preview::PreviewSink;
 use crate::pipeline::registry;
 use crate::runner::BackendPlan;
+use crate::sampling::SamplingPlan;
 
 pub fn run(cfg: &RunConfig) -> Result<()> {
     // Input images first: a bad file fails before gigabytes of weights load.
@@ -28,6 +30,13 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .iter()
         .map(|p| read_image(p))
         .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mask = cfg.inputs.mask.as_deref().map(read_image).transpose()?;
+    if mask.is_some() && init.is_none() {
+        log::warn!(
+            "--mask without --init-img: outside the mask the picture is pulled toward an empty \
+             latent (as upstream sd-cli does)"
+        );
+    }
 
     let t_load = Instant::now();
     let diffusion = open_diffusion(cfg)?;
@@ -38,8 +47,12 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         references: refs.len(),
         ref_args: &cfg.inputs.ref_args,
     })?;
+    let hires_encodes = cfg
+        .hires
+        .as_ref()
+        .is_some_and(|h| !matches!(h.method, HiresMethod::Latent(_)));
     let needs = Needs {
-        encoder: init.is_some() || !refs.is_empty(),
+        encoder: init.is_some() || !refs.is_empty() || hires_encodes,
         references: !refs.is_empty(),
     };
     let mut files = ComponentFiles::new(family.name()).with(ComponentId::Diffusion, diffusion);
@@ -48,6 +61,10 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let upscaler = match cfg.models.upscale_model.as_deref() {
         Some(path) => Some(Upscaler::load(cfg, path)?),
         None => None,
+    };
+    let hires_model = match cfg.hires.as_ref().map(|h| (&h.method, h.tile_size)) {
+        Some((HiresMethod::Model(path), tile)) => Some(Upscaler::load_with(cfg, path, 1, tile)?),
+        _ => None,
     };
     let backends = BackendPlan::new(cfg.runtime.backends.clone(), cfg.runtime.threads as usize);
     let ctx = LoadContext {
@@ -76,7 +93,9 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         loras: super::lora::metadata(loras.set.as_deref())?,
         init: init.as_ref(),
         refs: &refs,
+        mask: mask.as_ref(),
         upscaler: upscaler.as_ref(),
+        hires_model: hires_model.as_ref(),
     };
     let result = run_batch(cfg, family, generator.as_mut(), &inputs);
     generator.finish();
@@ -140,8 +159,99 @@ struct RunInputs<'a> {
     loras: Vec<(String, f32, String)>,
     init: Option<&'a Image>,
     refs: &'a [Image],
+    mask: Option<&'a Image>,
     /// `--upscale-model`: applied to each image before it is written.
     upscaler: Option<&'a Upscaler>,
+    /// The hires fix's model upscaler (`--hires-upscaler NAME`).
+    hires_model: Option<&'a Upscaler>,
+}
+
+/// The hires fix of a batch: its target size, second-pass plan and upscaler.
+struct HiresBatch<'a> {
+    width: usize,
+    height: usize,
+    plan: SamplingPlan,
+    settings: &'a HiresSettings,
+    upscaler: HiresUpscaler<'a>,
+}
+
+impl<'a> HiresBatch<'a> {
+    fn new(
+        cfg: &'a RunConfig,
+        generator: &dyn Generator,
+        base: (u32, u32),
+        plan: &SamplingPlan,
+        model: Option<&'a Upscaler>,
+    ) -> Result<Option<Self>> {
+        let Some(settings) = cfg.hires.as_ref() else {
+            return Ok(None);
+        };
+        let (tw, th) = settings.target(base.0, base.1);
+        let (tw, th) = generator
+            .size_rule()
+            .apply(tw, th)
+            .map_err(|_| Error::Flag {
+                flag: "--hires-width/--hires-height/--hires-scale".into(),
+                reason: format!("a {tw}x{th} hires target is too small for this model"),
+            })?;
+        let upscaler = match &settings.method {
+            HiresMethod::Latent(r) => HiresUpscaler::Latent(*r),
+            HiresMethod::Image(r) => HiresUpscaler::Image(*r),
+            HiresMethod::Model(path) => {
+                HiresUpscaler::Model(model.ok_or_else(|| Error::Model {
+                    path: path.clone(),
+                    reason: "the hires upscaler model was not loaded".into(),
+                })?)
+            }
+        };
+        let plan = hires_plan(
+            plan,
+            settings.steps as usize,
+            settings.strength,
+            settings.sigmas.clone(),
+        );
+        log::info!(
+            "hires fix: {}x{} -> {tw}x{th} with {}, {} scheduler steps at strength {}",
+            base.0,
+            base.1,
+            settings.name,
+            plan.steps,
+            settings.strength
+        );
+        Ok(Some(Self {
+            width: tw as usize,
+            height: th as usize,
+            plan,
+            settings,
+            upscaler,
+        }))
+    }
+
+    /// The second pass of the image with `seed` (both RNGs restart from it, as upstream).
+    fn job(&self, cfg: &RunConfig, seed: i64) -> HiresJob<'a> {
+        HiresJob {
+            width: self.width,
+            height: self.height,
+            upscaler: self.upscaler,
+            plan: self.plan.clone(),
+            strength: self.settings.strength,
+            noise_rng: cfg.sampling.rng.create(seed as u64),
+            sampler_rng: cfg.sampling.sampler_rng().create(seed as u64),
+        }
+    }
+
+    fn metadata(&self) -> HiresUse {
+        let s = self.settings;
+        HiresUse {
+            upscaler: s.name.clone(),
+            scale: s.scale,
+            width: s.width,
+            height: s.height,
+            steps: s.steps,
+            strength: s.strength,
+            sigmas: s.sigmas.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// Generates the batch: image i uses seed + i (upstream rule) with fresh noise and sampler
@@ -157,13 +267,16 @@ fn run_batch(
     let defaults = family.defaults();
     let plan = cfg.plan(&defaults);
     let tiling = cfg.vae_tiling;
+    let hires = HiresBatch::new(cfg, generator, (width, height), &plan, inputs.hires_model)?;
     generator.prepare(&BatchInputs {
         width: width as usize,
         height: height as usize,
         init,
         refs,
+        mask: inputs.mask,
         ref_args: &cfg.inputs.ref_args,
         tiling: tiling.as_ref(),
+        hires: hires.is_some(),
     })?;
     let info = BatchInfo {
         width,
@@ -173,6 +286,7 @@ fn run_batch(
         text_encoders: text_encoder_names(cfg, family),
         strength: init.is_some().then_some(cfg.strength),
         loras: inputs.loras.clone(),
+        hires: hires.as_ref().map(HiresBatch::metadata),
     };
     let mut preview = cfg
         .output
@@ -196,6 +310,7 @@ fn run_batch(
             sampler_rng: sampler_rng.as_mut(),
             tiling: tiling.as_ref(),
             preview: preview.as_mut().map(|p| p as &mut dyn PreviewSink),
+            hires: hires.as_ref().map(|h| h.job(cfg, seed)),
         })?;
         let image = match inputs.upscaler {
             Some(u) => u.upscale_tensor(&image)?,

@@ -14,8 +14,8 @@ mod preview;
 mod upscale;
 
 pub use config::{
-    InputImages, Mode, OutputConfig, PreviewSettings, RunConfig, RuntimeConfig, SamplingConfig,
-    UpscaleSettings,
+    HiresMethod, HiresSettings, InputImages, Mode, OutputConfig, PreviewSettings, RunConfig,
+    RuntimeConfig, SamplingConfig, UpscaleSettings,
 };
 pub use devices::print_devices;
 

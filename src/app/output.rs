@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::RunConfig;
 use crate::error::{Error, Result};
 use crate::image_io::{
-    base_name, write_generation_image, Channels, GenerationParams, Image, LoraUse,
+    base_name, write_generation_image, Channels, GenerationParams, HiresUse, Image, LoraUse,
 };
 use crate::sampling::{Guidance, SamplingPlan};
 use crate::tensor::HostTensor;
@@ -23,6 +23,8 @@ pub(super) struct BatchInfo<'a> {
     pub strength: Option<f32>,
     /// (name, weight, short hash) of each LoRA.
     pub loras: Vec<(String, f32, String)>,
+    /// The hires fix, when it runs.
+    pub hires: Option<HiresUse>,
 }
 
 fn file_name(p: &Option<std::path::PathBuf>) -> Option<String> {
@@ -98,6 +100,7 @@ pub(super) fn write(
         p.model_args = cfg.model_args.to_string();
         p.strength = batch.strength;
         p.clip_skip = cfg.clip_skip;
+        p.hires = batch.hires.clone();
         p.loras = batch
             .loras
             .iter()

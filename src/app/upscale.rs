@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::image_io::{read_image, write_generation_image, Channels, Image};
 use crate::models::upscaler::esrgan::{Esrgan, EsrganConfig};
 use crate::models::vae::tiling::{plan_tiles_latent, tiled_decode, TileSettings};
+use crate::pipeline::resample::{resize, Resample};
 use crate::progress::Progress;
 use crate::runner::{BackendPlan, LoadOptions, Loaded, Role, Runner, StoreSource};
 use crate::tensor::HostTensor;
@@ -32,6 +33,16 @@ pub(super) struct Upscaler {
 impl Upscaler {
     /// Loads `--upscale-model` on the VAE's backend.
     pub fn load(cfg: &RunConfig, path: &Path) -> Result<Upscaler> {
+        Self::load_with(cfg, path, cfg.upscale.repeats, cfg.upscale.tile_size)
+    }
+
+    /// Loads an ESRGAN model for `repeats` passes of `tile_size`-pixel tiles.
+    pub fn load_with(
+        cfg: &RunConfig,
+        path: &Path,
+        repeats: u32,
+        tile_size: u32,
+    ) -> Result<Upscaler> {
         let store = TensorStore::open(path)?;
         let prefix = PREFIXES
             .iter()
@@ -74,8 +85,8 @@ impl Upscaler {
         })?;
         Ok(Upscaler {
             model,
-            repeats: cfg.upscale.repeats.max(1),
-            tile_size: cfg.upscale.tile_size.max(1) as usize,
+            repeats: repeats.max(1),
+            tile_size: tile_size.max(1) as usize,
         })
     }
 
@@ -133,6 +144,28 @@ impl Upscaler {
             start.elapsed().as_secs_f64()
         );
         Ok(x)
+    }
+}
+
+/// The hires fix's model upscaler: one pass over the decoded image as it is (no 8-bit
+/// rounding: nothing was saved); an alpha channel (RGBA VAEs) is resized bilinearly beside it.
+impl crate::pipeline::hires::ImageUpscaler for Upscaler {
+    fn upscale_image(&self, image: &HostTensor) -> Result<HostTensor> {
+        let (w, h, c) = (image.width(), image.height(), image.channels());
+        if c < 3 {
+            return Err(Error::Unsupported(format!(
+                "the hires upscaler model needs an RGB image, the VAE gave {c} channels"
+            )));
+        }
+        let rgb = HostTensor::image(w, h, 3, image.data[..w * h * 3].to_vec())?;
+        let up = self.pass(&rgb)?;
+        if c == 3 {
+            return Ok(up);
+        }
+        let rest = HostTensor::image(w, h, c - 3, image.data[w * h * 3..].to_vec())?;
+        let (uw, uh) = (up.width(), up.height());
+        let rest = resize(&rest, uw, uh, Resample::Bilinear { antialias: false });
+        Ok(HostTensor::image(uw, uh, c, [up.data, rest.data].concat())?)
     }
 }
 

@@ -29,7 +29,9 @@ pub use metadata::{
     format_metadata, format_text_chunks, read_png_text_chunks, read_png_text_pairs,
     read_text_metadata, TextChunk, TextKind,
 };
-pub use params::{base_name, GenerationParams, LoraUse, JSON_KEYWORD, PARAMETERS_KEYWORD};
+pub use params::{
+    base_name, GenerationParams, HiresUse, LoraUse, JSON_KEYWORD, PARAMETERS_KEYWORD,
+};
 pub use pil_resize::{resize_pil, resize_pil_luma, PilFilter};
 pub use read::{read_png, read_png_from_bytes, MAX_FILE_BYTES, MAX_PIXELS, MAX_SIDE};
 pub use resize::resize_bilinear;

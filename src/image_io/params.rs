@@ -59,11 +59,28 @@ pub struct GenerationParams {
     /// The LoRAs applied (A1111's `Lora hashes`).
     #[serde(default)]
     pub loras: Vec<LoraUse>,
+    /// The hires fix, when it ran.
+    #[serde(default)]
+    pub hires: Option<HiresUse>,
     /// Free-form extras (tiling, prefix cache type, ...).
     #[serde(default)]
     pub extra: serde_json::Map<String, serde_json::Value>,
     /// Program name and version.
     pub generator: String,
+}
+
+/// The hires fix of a run, as upstream's metadata names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HiresUse {
+    /// `--hires-upscaler`.
+    pub upscaler: String,
+    pub scale: f32,
+    /// `--hires-width` × `--hires-height` as given (0 = from the scale).
+    pub width: u32,
+    pub height: u32,
+    pub steps: u32,
+    pub strength: f32,
+    pub sigmas: Vec<f32>,
 }
 
 /// One LoRA of a run: its prompt name, summed weight and A1111 short hash.
@@ -181,6 +198,17 @@ impl GenerationParams {
         }
         if let Some(c) = self.clip_skip {
             kv.push(format!("Clip skip: {c}"));
+        }
+        if let Some(h) = &self.hires {
+            kv.push(format!("Hires upscale: {}", h.upscaler));
+            kv.push(format!("Hires scale: {}", cpp_float(h.scale)));
+            kv.push(format!("Hires resize: {}x{}", h.width, h.height));
+            kv.push(format!("Hires steps: {}", h.steps));
+            kv.push(format!("Denoising strength: {}", cpp_float(h.strength)));
+            if !h.sigmas.is_empty() {
+                let sig: Vec<String> = h.sigmas.iter().map(|v| v.to_string()).collect();
+                kv.push(format!("Hires custom sigmas: [{}]", sig.join(", ")));
+            }
         }
         if let Some(st) = self.strength {
             kv.push(format!("Denoising strength: {}", cpp_float(st)));

@@ -166,8 +166,12 @@ pub struct BatchInputs<'a> {
     pub init: Option<&'a Image>,
     /// `-r` reference images, in order.
     pub refs: &'a [Image],
+    /// `--mask` (inpainting), already decoded.
+    pub mask: Option<&'a Image>,
     pub ref_args: &'a RefImageArgs,
     pub tiling: Option<&'a TileSettings>,
+    /// `--hires`: the batch gets a second pass (families refuse what they cannot do with it).
+    pub hires: bool,
 }
 
 /// One image of a batch.
@@ -187,6 +191,8 @@ pub struct ImageJob<'a> {
     pub tiling: Option<&'a TileSettings>,
     /// `--preview`: where pictures of the latent go while sampling.
     pub preview: Option<&'a mut (dyn super::preview::PreviewSink + 'static)>,
+    /// `--hires`: the second pass at the larger size.
+    pub hires: Option<super::hires::HiresJob<'a>>,
 }
 
 impl<'a> ImageJob<'a> {
@@ -199,16 +205,24 @@ impl<'a> ImageJob<'a> {
     }
 }
 
-/// What a generator's `prepare` keeps for the batch: the size, the init image's latent, and
-/// the family's own extras (e.g. prepared reference images).
+/// What a generator's `prepare` keeps for the batch: the size, the init image's latent, the
+/// inpainting mask, and the family's own extras (e.g. prepared reference images).
 pub struct Prepared<E = ()> {
     pub width: usize,
     pub height: usize,
     pub init: Option<HostTensor>,
+    /// `--mask` at the output and latent size.
+    pub mask: Option<super::mask::InpaintMask>,
     pub extra: E,
 }
 
 impl<E> Prepared<E> {
+    /// The latent mask every step's denoised estimate is blended with (plain families: the
+    /// mask as given).
+    pub fn denoise_mask(&self) -> Option<&HostTensor> {
+        self.mask.as_ref().map(|m| &m.latent)
+    }
+
     /// The prepared batch, or an error when `generate` came before `prepare`.
     pub fn get(slot: &Option<Self>) -> Result<&Self> {
         slot.as_ref()

@@ -6,7 +6,9 @@
 
 pub mod components;
 pub mod family;
+pub mod hires;
 pub mod lora;
+pub mod mask;
 mod memo;
 pub mod model_args;
 pub mod pixart;
@@ -15,6 +17,7 @@ pub mod prompt;
 pub mod qwen_image_2_1;
 pub mod ref_args;
 pub mod registry;
+pub mod resample;
 pub mod sd;
 pub mod vae;
 
@@ -81,6 +84,9 @@ pub(crate) struct SampleJob<'a> {
     pub init: Option<(&'a crate::tensor::HostTensor, f32)>,
     /// `--preview`: pictures of the latent while sampling.
     pub preview: Option<preview::LatentPreview<'a>>,
+    /// `--mask`: the latent mask [w, h] each denoised estimate is blended with (the init
+    /// latent kept where it is 0).
+    pub mask: Option<&'a crate::tensor::HostTensor>,
 }
 
 /// The sampling every family shares: the start latent ([`start_latent`]), the guided denoiser
@@ -95,6 +101,17 @@ pub(crate) fn denoise<M: crate::sampling::GuidedModel>(
 ) -> crate::error::Result<(Vec<f32>, usize)> {
     let sigmas = job.plan.sigmas(schedule)?;
     let (x0, sigmas) = start_latent(schedule, sigmas, job.noise_rng, shape, job.init)?;
+    if let Some(m) = job.mask {
+        if (m.width(), m.height()) != (shape.0, shape.1) {
+            return Err(crate::error::Error::Unsupported(format!(
+                "the mask is {}x{} latent pixels, the latent {}x{}",
+                m.width(),
+                m.height(),
+                shape.0,
+                shape.1
+            )));
+        }
+    }
     let steps = sigmas.len().saturating_sub(1);
     let mut progress = crate::progress::Progress::new("sampling", steps);
     let mut preview = job.preview;
@@ -114,6 +131,10 @@ pub(crate) fn denoise<M: crate::sampling::GuidedModel>(
         prediction,
         schedule,
         guidance: job.guidance,
+        mask: job.mask.map(|m| crate::sampling::DenoiseMask {
+            mask: &m.data,
+            init: job.init.map(|(latent, _)| latent.data.as_slice()),
+        }),
         on_step: &mut on_step,
     };
     let latent = job

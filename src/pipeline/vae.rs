@@ -145,8 +145,8 @@ impl VaeStage {
         Ok(single(out, "VAE decode")?)
     }
 
-    /// Encodes an `--init-img` for img2img: resized (bilinear, as upstream) to `width × height`
-    /// RGB, mapped from [0, 1] to [−1, 1], encoded to the sampler latent.
+    /// Encodes an `--init-img` for img2img: [`Self::init_pixels`], encoded to the sampler
+    /// latent.
     pub fn encode_init(
         &self,
         image: &Image,
@@ -154,12 +154,31 @@ impl VaeStage {
         height: usize,
         tiling: Option<&TileSettings>,
     ) -> Result<HostTensor> {
-        let t = Instant::now();
+        self.encode_unit(
+            &self.init_pixels(image, width, height),
+            tiling,
+            "init image",
+        )
+    }
+
+    /// An `--init-img` as the encoder reads it: resized (bilinear, as upstream) to
+    /// `width × height` RGB in [0, 1].
+    pub fn init_pixels(&self, image: &Image, width: usize, height: usize) -> HostTensor {
         let img = resize_bilinear(&image.to_rgb(), width as u32, height as u32);
-        let x =
-            HostTensor::from_u8_interleaved(width, height, 3, 3, &img.data).map(|v| v * 2.0 - 1.0);
-        let z = self.encode(&x, tiling)?;
-        log::debug!("init image encoded in {:.2}s", t.elapsed().as_secs_f64());
+        HostTensor::from_u8_interleaved(width, height, 3, 3, &img.data)
+    }
+
+    /// Encodes an image in [0, 1] (mapped to [−1, 1]) to the sampler latent, logging the time
+    /// under `what`.
+    pub fn encode_unit(
+        &self,
+        x: &HostTensor,
+        tiling: Option<&TileSettings>,
+        what: &str,
+    ) -> Result<HostTensor> {
+        let t = Instant::now();
+        let z = self.encode(&x.clone().map(|v| v * 2.0 - 1.0), tiling)?;
+        log::debug!("{what} encoded in {:.2}s", t.elapsed().as_secs_f64());
         Ok(z)
     }
 

@@ -135,6 +135,39 @@ pub struct StepState<'s> {
     pub denoised: &'s [f32],
 }
 
+/// Inpainting's blend (upstream's denoise mask): after each evaluation the denoised estimate
+/// keeps `init` where `mask` is 0 — `d·m + init·(1 − m)` — and no init blends with zeros.
+#[derive(Clone, Copy, Debug)]
+pub struct DenoiseMask<'a> {
+    /// One value per latent pixel ([w, h]), shared by every channel.
+    pub mask: &'a [f32],
+    /// The init image's latent ([w, h, C]).
+    pub init: Option<&'a [f32]>,
+}
+
+impl DenoiseMask<'_> {
+    pub fn apply(&self, denoised: &mut [f32]) -> Result<(), SamplingError> {
+        let plane = self.mask.len();
+        let bad = |got: usize| SamplingError::LengthMismatch {
+            what: "denoise mask vs latent",
+            expected: denoised.len(),
+            got,
+        };
+        if plane == 0 || !denoised.len().is_multiple_of(plane) {
+            return Err(bad(plane));
+        }
+        if let Some(init) = self.init.filter(|i| i.len() != denoised.len()) {
+            return Err(bad(init.len()));
+        }
+        for (i, d) in denoised.iter_mut().enumerate() {
+            let m = self.mask[i % plane];
+            let keep = self.init.map_or(0.0, |x| x[i]);
+            *d = *d * m + keep * (1.0 - m);
+        }
+        Ok(())
+    }
+}
+
 /// The denoiser of a sampling run: a [`GuidedModel`] under a parameterisation and noise table,
 /// with guidance.
 pub struct GuidedDenoiser<'a, M: GuidedModel> {
@@ -142,6 +175,8 @@ pub struct GuidedDenoiser<'a, M: GuidedModel> {
     pub prediction: Prediction,
     pub schedule: &'a ModelSchedule,
     pub guidance: Guidance,
+    /// `--mask`: inpainting's blend of each denoised estimate.
+    pub mask: Option<DenoiseMask<'a>>,
     /// Called after each evaluation (progress bars, previews).
     pub on_step: &'a mut dyn FnMut(StepState<'_>),
 }
@@ -171,7 +206,10 @@ impl<M: GuidedModel> GuidedDenoiser<'_, M> {
             .predict(call)
             .map_err(|message| SamplingError::Denoiser { sigma, message })?;
         let guided = combine(&preds, &self.guidance)?;
-        let denoised = self.prediction.to_denoised(&guided, x, sigma)?;
+        let mut denoised = self.prediction.to_denoised(&guided, x, sigma)?;
+        if let Some(mask) = &self.mask {
+            mask.apply(&mut denoised)?;
+        }
         (self.on_step)(StepState {
             step,
             model_input: &x_in,
@@ -271,6 +309,7 @@ mod tests {
             prediction: Prediction::Sd3Flow,
             schedule: &schedule,
             guidance: Guidance::cfg(3.0),
+            mask: None,
             on_step: &mut on_step,
         };
         let x = [0.5f32];

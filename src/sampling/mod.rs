@@ -29,7 +29,9 @@ pub use denoiser::{CfgPpOutput, Denoiser, Prediction, Scalings};
 pub use extra_args::{
     parse_extra_sample_args, split_extra_sample_args, ExtraSampleArgs, ScheduleOverrides,
 };
-pub use guided::{Guidance, GuidedDenoiser, GuidedModel, ModelCall, Needs, Predictions, StepState};
+pub use guided::{
+    DenoiseMask, Guidance, GuidedDenoiser, GuidedModel, ModelCall, Needs, Predictions, StepState,
+};
 pub use plan::{custom_sigmas, parse_sigmas_arg, SamplingPlan};
 pub use samplers::SamplerExtraArgs;
 pub use schedules::{get_sigmas, AysFamily, ScheduleKind, ScheduleOptions};

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::app::{InputImages, Mode, UpscaleSettings};
 use crate::cli::args::Cli;
-use crate::cli::checks::{check_hires, image_side, random_seed, read_text};
+use crate::cli::checks::{image_side, random_seed, read_text};
 use crate::cli::error::{check_finite, invalid, CliError};
 use crate::pipeline::RefImageArgs;
 
@@ -91,9 +91,6 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generatio
             g.upscale_tile_size,
             "must be at least 1",
         ));
-    }
-    if g.hires {
-        check_hires(cli)?;
     }
     let (seed, seed_was_random) = if g.seed < 0 {
         (random_seed(), true)

@@ -4,6 +4,7 @@
 //!
 //! - [`modes`]: what each mode requires, and that input files exist;
 //! - [`generation`]: prompts, size, seed, batch, strength, input images;
+//! - [`hires`]: the hires fix;
 //! - [`sampling`]: sampler, schedule, guidance, RNG, `--extra-sample-args`;
 //! - [`runtime`]: threads, devices and memory;
 //! - [`models`]: model files, `--type`, `--model-args`;
@@ -14,6 +15,7 @@
 //! upstream has one; extra checks (inputs exist, output writable, tiling flag syntax) are ours.
 
 mod generation;
+mod hires;
 mod models;
 mod modes;
 mod output;
@@ -38,6 +40,7 @@ impl RunConfig {
         let mut warnings = Vec::new();
         modes::check(&cli)?;
         let gen = generation::resolve(&cli, &mut warnings)?;
+        let hires = hires::resolve(&cli, &mut warnings)?;
         let sampling = sampling::resolve(&cli.sampling, &mut warnings)?;
         let models = models::resolve(&cli, &mut warnings)?;
         let vae_tiling = tiling::resolve(&cli.vae, &mut warnings)?;
@@ -61,6 +64,7 @@ impl RunConfig {
             strength: gen.strength,
             inputs: gen.inputs,
             upscale: gen.upscale,
+            hires,
             sampling,
             vae_tiling,
             runtime,

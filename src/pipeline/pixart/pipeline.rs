@@ -24,6 +24,8 @@ use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
 };
+use crate::pipeline::hires::second_pass;
+use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::prompt::PromptTemplate;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
@@ -67,6 +69,8 @@ pub struct PixArtRequest<'a> {
     pub init: Option<(&'a HostTensor, f32)>,
     /// `--preview` (no `proj` matrix is known for PixArt, as upstream).
     pub preview: Option<PreviewRequest<'a>>,
+    /// `--mask`: the latent mask each step's denoised estimate is blended with.
+    pub mask: Option<&'a HostTensor>,
 }
 
 /// DDPM linear betas 1e-4 → 0.02 over 1000 steps (PixArt's training schedule).
@@ -280,8 +284,13 @@ impl PixArtPipeline {
     pub fn txt2img(&self, req: PixArtRequest<'_>) -> Result<HostTensor> {
         let tiling = req.vae_tiling;
         let z = self.sample(req)?;
+        self.decode_logged(&z, tiling)
+    }
+
+    /// [`Self::decode`] with its time and memory in the log.
+    fn decode_logged(&self, z: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
         let t = Instant::now();
-        let image = self.decode(&z, tiling)?;
+        let image = self.decode(z, tiling)?;
         let vae = self.vae.runner();
         log::debug!(
             "pixart: decode {:.2}s; memory: VAE weights {:.1} MiB + {:.1} MiB compute",
@@ -346,6 +355,7 @@ impl PixArtPipeline {
             sampler_rng: req.sampler_rng,
             init: req.init,
             preview: req.preview.map(|p| p.with(None, &self.vae)),
+            mask: req.mask,
         };
         if let Some(p) = &job.preview {
             p.check("PixArt");
@@ -435,18 +445,21 @@ impl Generator for PixArtPipeline {
             .init
             .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
             .transpose()?;
+        let factor = self.vae.scale_factor();
         self.batch = Some(Prepared {
             width: w,
             height: h,
             init,
+            mask: batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor)),
             extra: (),
         });
         Ok(())
     }
 
-    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
+    fn generate(&mut self, mut job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
-        self.txt2img(PixArtRequest {
+        let hires = job.hires.take();
+        let z = self.sample(PixArtRequest {
             prompt: job.prompt,
             negative_prompt: job.negative_prompt,
             width: batch.width,
@@ -457,7 +470,31 @@ impl Generator for PixArtPipeline {
             sampler_rng: job.sampler_rng,
             vae_tiling: job.tiling,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
-            preview: ImageJob::preview_request(job.preview, job.tiling),
-        })
+            preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+            mask: batch.denoise_mask(),
+        })?;
+        let z = match hires {
+            Some(h) => {
+                let x = self.vae.norm.from_vae(&z)?;
+                second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
+                    self.sample(PixArtRequest {
+                        prompt: job.prompt,
+                        negative_prompt: job.negative_prompt,
+                        width: p.width,
+                        height: p.height,
+                        guidance: job.guidance,
+                        plan: p.plan,
+                        noise_rng: p.noise_rng,
+                        sampler_rng: p.sampler_rng,
+                        vae_tiling: job.tiling,
+                        init: Some((p.init, p.strength)),
+                        preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+                        mask: p.mask,
+                    })
+                })?
+            }
+            None => z,
+        };
+        self.decode_logged(&z, job.tiling)
     }
 }

@@ -34,6 +34,8 @@ use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
 };
+use crate::pipeline::hires::second_pass;
+use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::memo::Memo;
 use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
@@ -79,6 +81,8 @@ pub struct QwenImage21Request<'a> {
     pub edit: Option<&'a EditInputs>,
     /// `--preview` (no `proj` matrix is known for this VAE, as upstream).
     pub preview: Option<PreviewRequest<'a>>,
+    /// `--mask`: the latent mask each step's denoised estimate is blended with.
+    pub mask: Option<&'a HostTensor>,
 }
 
 pub struct QwenImage21Pipeline {
@@ -293,8 +297,13 @@ impl QwenImage21Pipeline {
     pub fn txt2img(&self, req: QwenImage21Request<'_>) -> Result<HostTensor> {
         let tiling = req.vae_tiling;
         let x = self.sample(req)?;
+        self.decode_logged(&x, tiling)
+    }
+
+    /// [`Self::decode`] with its time in the log.
+    fn decode_logged(&self, x: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
         let t = Instant::now();
-        let image = self.decode(&x, tiling)?;
+        let image = self.decode(x, tiling)?;
         log::debug!("qwen_image_2_1: decode {:.2}s", t.elapsed().as_secs_f64());
         Ok(image)
     }
@@ -347,6 +356,7 @@ impl QwenImage21Pipeline {
             sampler_rng: req.sampler_rng,
             init: req.init,
             preview: req.preview.map(|p| p.with(None, &self.vae)),
+            mask: req.mask,
         };
         if let Some(p) = &job.preview {
             p.check("Qwen Image 2.1");
@@ -489,14 +499,21 @@ impl Generator for QwenImage21Pipeline {
             width: w,
             height: h,
             init,
+            mask: batch
+                .mask
+                .map(|m| InpaintMask::from_image(m, w, h, VAE_SCALE)),
             extra: edit,
         });
         Ok(())
     }
 
-    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
+    fn generate(&mut self, mut job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
-        self.txt2img(QwenImage21Request {
+        let hires = job.hires.take();
+        // Later images of the batch share the prompts: keep their text K/V (not across a
+        // hires fix's change of size).
+        let keep = job.more_follow && hires.is_none();
+        let x = self.sample(QwenImage21Request {
             prompt: job.prompt,
             negative_prompt: job.negative_prompt,
             width: batch.width,
@@ -506,12 +523,34 @@ impl Generator for QwenImage21Pipeline {
             noise_rng: job.noise_rng,
             sampler_rng: job.sampler_rng,
             vae_tiling: job.tiling,
-            // Later images of the batch share the prompts: keep their text K/V.
-            keep_prefix_cache: job.more_follow,
+            keep_prefix_cache: keep,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
             edit: batch.extra.as_ref(),
-            preview: ImageJob::preview_request(job.preview, job.tiling),
-        })
+            preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+            mask: batch.denoise_mask(),
+        })?;
+        let x = match hires {
+            Some(h) => second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
+                self.sample(QwenImage21Request {
+                    prompt: job.prompt,
+                    negative_prompt: job.negative_prompt,
+                    width: p.width,
+                    height: p.height,
+                    guidance: job.guidance,
+                    plan: p.plan,
+                    noise_rng: p.noise_rng,
+                    sampler_rng: p.sampler_rng,
+                    vae_tiling: job.tiling,
+                    keep_prefix_cache: false,
+                    init: Some((p.init, p.strength)),
+                    edit: batch.extra.as_ref(),
+                    preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+                    mask: p.mask,
+                })
+            })?,
+            None => x,
+        };
+        self.decode_logged(&x, job.tiling)
     }
 
     fn finish(&mut self) {

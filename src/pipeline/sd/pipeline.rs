@@ -18,8 +18,11 @@ use crate::models::te::clip::{ClipActivation, ClipConfig, ClipHparams, ClipSourc
 use crate::models::unet::{refiner_time_ids, sdxl_time_ids, UNet, UNetConfig, UNetHparams};
 use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::taesd::Taesd;
+use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
+use crate::pipeline::hires::second_pass;
+use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::{PreviewMethod, PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
@@ -42,8 +45,9 @@ pub struct SdPipeline {
     preview_vae: Option<VaeStage>,
     schedule: ModelSchedule,
     prediction: Prediction,
-    /// The batch's size and init-image latent (set by `prepare`).
-    batch: Option<Prepared>,
+    /// The batch's size, init-image latent and mask (set by `prepare`); for inpainting
+    /// UNets also the extra input channels (latent mask + masked image latent).
+    batch: Option<Prepared<Option<HostTensor>>>,
 }
 
 /// One CLIP text encoder from its store.
@@ -280,6 +284,34 @@ impl SdPipeline {
         Ok(pipe)
     }
 
+    /// An inpainting UNet's extra input: the latent mask, then the latent of the init image
+    /// with the repainted pixels grey (zeros without an init image), [w, h, 5].
+    fn inpaint_channels(
+        &self,
+        mask: &InpaintMask,
+        init: Option<&HostTensor>,
+        tiling: Option<&TileSettings>,
+    ) -> Result<HostTensor> {
+        let lat = &mask.latent;
+        let (lw, lh) = (lat.width(), lat.height());
+        let lat_c = self.unet.model.config().out_channels;
+        let masked = match init {
+            Some(x) => self
+                .vae
+                .encode_unit(&mask.masked_image(x), tiling, "masked image")?,
+            None => HostTensor::zeros([lw, lh, lat_c, 1]),
+        };
+        let data = [lat.data.as_slice(), masked.data.as_slice()].concat();
+        let want = self.concat_channels();
+        if 1 + masked.channels() != want {
+            return Err(Error::Unsupported(format!(
+                "the inpainting UNet takes {want} extra channels, the mask and VAE give {}",
+                1 + masked.channels()
+            )));
+        }
+        Ok(HostTensor::image(lw, lh, want, data)?)
+    }
+
     pub fn version(&self) -> SdVersion {
         self.version
     }
@@ -303,26 +335,47 @@ impl SdPipeline {
 
     /// Upstream's SD2 v-prediction probe: the UNet on x = 0.5 ([8, 8, C, 1]), a two-token
     /// context of 0.5, t = 999.
+    /// An inpainting UNet reads zeros in its extra channels.
     fn sd2_probe(&self) -> Result<Vec<f32>> {
         let c = self.unet.model.config();
-        let x = HostTensor::new([8, 8, c.in_channels, 1], vec![0.5; 64 * c.in_channels])
-            .ok_or_else(|| Error::Unsupported("probe shape".into()))?;
+        let lat_c = c.out_channels;
+        let x = vec![0.5; 64 * lat_c];
+        let concat = (self.concat_channels() > 0).then(|| vec![0.0; 64 * self.concat_channels()]);
         let ctx = HostTensor::new([c.context_dim, 2, 1, 1], vec![0.5; c.context_dim * 2])
             .ok_or_else(|| Error::Unsupported("probe shape".into()))?;
-        self.predict(&x.data, (8, 8, c.in_channels), 999.0, &[&ctx], None)
+        self.predict(&x, (8, 8, lat_c), concat.as_deref(), 999.0, &[&ctx], None)
     }
 
-    /// The UNet's prediction for one latent `x` ([w, h, c]) under each context (batched).
+    /// Input channels beyond the latent's: 5 for inpainting UNets (mask + masked image
+    /// latent), else 0.
+    pub fn concat_channels(&self) -> usize {
+        let c = self.unet.model.config();
+        c.in_channels.saturating_sub(c.out_channels)
+    }
+
+    /// Whether this is an inpainting UNet (9 input channels for a 4-channel latent).
+    pub fn is_inpaint(&self) -> bool {
+        self.concat_channels() > 0
+    }
+
+    /// The UNet's prediction for one latent `x` ([w, h, c]) with the inpainting channels
+    /// `concat` after it, under each context (batched).
     fn predict(
         &self,
         x: &[f32],
         lat: (usize, usize, usize),
+        concat: Option<&[f32]>,
         t: f32,
         contexts: &[&HostTensor],
         y: Option<&[f32]>,
     ) -> Result<Vec<f32>> {
         let batch = contexts.len();
         let (w, h, c) = lat;
+        let x = match concat {
+            Some(extra) => [x, extra].concat(),
+            None => x.to_vec(),
+        };
+        let c = c + concat.map_or(0, |e| e.len() / (w * h).max(1));
         let x_ne = [w, h, c, batch];
         let (d, n) = (contexts[0].ne[0], contexts[0].ne[1]);
         let ctx_ne = [d, n, batch, 1];
@@ -332,7 +385,7 @@ impl SdPipeline {
         }
         let mut xin = Vec::with_capacity(x.len() * batch);
         for _ in 0..batch {
-            xin.extend_from_slice(x);
+            xin.extend_from_slice(&x);
         }
         let unet = &self.unet.model;
         let y_ne = y.map(|y| [y.len() / batch, batch, 1, 1]);
@@ -405,7 +458,7 @@ impl SdPipeline {
         let t0 = Instant::now();
         let (cond, uncond) =
             self.conditions(req.prompt, req.negative_prompt, req.guidance.needs_uncond())?;
-        let size = (req.width, req.height);
+        let size = req.condition_size.unwrap_or((req.width, req.height));
         let y_cond = self.adm(cond.pooled.as_deref(), size, false)?;
         let y_uncond = match &uncond {
             Some(u) => self.adm(u.pooled.as_deref(), size, true)?,
@@ -413,15 +466,26 @@ impl SdPipeline {
         };
         let condition_secs = t0.elapsed().as_secs_f64();
 
-        let lat_c = self.unet.model.config().in_channels;
+        let lat_c = self.unet.model.config().out_channels;
         let scale = self.vae.scale_factor();
         let (lw, lh) = (req.width / scale, req.height / scale);
+        let concat = match (self.is_inpaint(), req.concat) {
+            (false, _) => None,
+            (true, Some(c)) if c.ne == [lw, lh, self.concat_channels(), 1] => Some(&c.data[..]),
+            (true, _) => {
+                return Err(Error::Unsupported(format!(
+                    "an inpainting UNet needs its {} mask channels at {lw}x{lh}",
+                    self.concat_channels()
+                )))
+            }
+        };
         let t1 = Instant::now();
         let model = UNetModel {
             pipe: self,
             cond: (&cond.context, y_cond.as_deref()),
             uncond: uncond.as_ref().map(|u| (&u.context, y_uncond.as_deref())),
             lat: (lw, lh, lat_c),
+            concat,
         };
         let job = SampleJob {
             plan: req.plan,
@@ -441,6 +505,7 @@ impl SdPipeline {
                 };
                 p.with(Some(projection), decoder)
             }),
+            mask: req.mask,
         };
         let (latent, steps) =
             denoise(model, self.prediction, &self.schedule, job, (lw, lh, lat_c))?;
@@ -460,11 +525,7 @@ impl SdPipeline {
     }
 
     /// Decodes a latent (already divided by the scaling factor) to an image in [0, 1].
-    pub fn decode(
-        &self,
-        z: &HostTensor,
-        tiling: Option<&crate::models::vae::tiling::TileSettings>,
-    ) -> Result<HostTensor> {
+    pub fn decode(&self, z: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
         self.vae.decode_vae_latent(z, tiling)
     }
 }
@@ -483,6 +544,13 @@ pub struct SdRequest<'a> {
     pub init: Option<(&'a HostTensor, f32)>,
     /// `--preview`.
     pub preview: Option<PreviewRequest<'a>>,
+    /// `--mask`: the latent mask each step's denoised estimate is blended with.
+    pub mask: Option<&'a HostTensor>,
+    /// Inpainting UNets: the latent mask and the masked image's latent ([w, h, 5]).
+    pub concat: Option<&'a HostTensor>,
+    /// The size SDXL's conditioning names (the hires fix keeps the first pass's); `None`:
+    /// `width × height`.
+    pub condition_size: Option<(usize, usize)>,
 }
 
 /// The UNet as the guided denoiser's model: cond and uncond in one batch when their contexts
@@ -492,13 +560,22 @@ struct UNetModel<'a> {
     cond: (&'a HostTensor, Option<&'a [f32]>),
     uncond: Option<(&'a HostTensor, Option<&'a [f32]>)>,
     lat: (usize, usize, usize),
+    /// Inpainting UNets' extra input channels.
+    concat: Option<&'a [f32]>,
 }
 
 impl GuidedModel for UNetModel<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
         let run = |contexts: &[&HostTensor], y: Option<Vec<f32>>| {
             self.pipe
-                .predict(call.x, self.lat, call.t, contexts, y.as_deref())
+                .predict(
+                    call.x,
+                    self.lat,
+                    self.concat,
+                    call.t,
+                    contexts,
+                    y.as_deref(),
+                )
                 .map_err(|e| format!("{e:#}"))
         };
         let n = call.x.len();
@@ -549,22 +626,51 @@ impl Generator for SdPipeline {
                     .into(),
             ));
         }
+        if batch.hires && self.is_inpaint() {
+            return Err(Error::Unsupported(
+                "--hires does not work with inpainting UNets (their mask channels are at the \
+                 first pass's size)"
+                    .into(),
+            ));
+        }
         let (w, h) = (batch.width, batch.height);
-        let init = batch
-            .init
-            .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
+        let factor = self.vae.scale_factor();
+        let init_pixels = batch.init.map(|img| self.vae.init_pixels(img, w, h));
+        let init = init_pixels
+            .as_ref()
+            .map(|x| self.vae.encode_unit(x, batch.tiling, "init image"))
             .transpose()?;
+        let mask = batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor));
+        let concat = if self.is_inpaint() {
+            if init.is_none() || mask.is_none() {
+                log::warn!("an inpainting model wants both --init-img and --mask");
+            }
+            let full = mask
+                .clone()
+                .unwrap_or_else(|| InpaintMask::full(w, h, factor));
+            Some(self.inpaint_channels(&full, init_pixels.as_ref(), batch.tiling)?)
+        } else {
+            None
+        };
         self.batch = Some(Prepared {
             width: w,
             height: h,
             init,
-            extra: (),
+            mask,
+            extra: concat,
         });
         Ok(())
     }
 
-    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
+    fn generate(&mut self, mut job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
+        let hires = job.hires.take();
+        // Inpainting UNets blend with the mask widened by a latent pixel (upstream).
+        let dilated = match (&batch.mask, self.is_inpaint()) {
+            (Some(m), true) => Some(m.dilated_latent()),
+            _ => None,
+        };
+        let mask = dilated.as_ref().or(batch.denoise_mask());
         let z = self.sample(SdRequest {
             prompt: job.prompt,
             negative_prompt: job.negative_prompt,
@@ -575,8 +681,34 @@ impl Generator for SdPipeline {
             noise_rng: job.noise_rng,
             sampler_rng: job.sampler_rng,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
-            preview: ImageJob::preview_request(job.preview, job.tiling),
+            preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+            mask,
+            concat: batch.extra.as_ref(),
+            condition_size: None,
         })?;
+        let z = match hires {
+            Some(h) => {
+                let x = self.vae.norm.from_vae(&z)?;
+                second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
+                    self.sample(SdRequest {
+                        prompt: job.prompt,
+                        negative_prompt: job.negative_prompt,
+                        width: p.width,
+                        height: p.height,
+                        guidance: job.guidance,
+                        plan: p.plan,
+                        noise_rng: p.noise_rng,
+                        sampler_rng: p.sampler_rng,
+                        init: Some((p.init, p.strength)),
+                        preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+                        mask: p.mask,
+                        concat: None,
+                        condition_size: Some((batch.width, batch.height)),
+                    })
+                })?
+            }
+            None => z,
+        };
         let t = Instant::now();
         let image = self.decode(&z, job.tiling)?;
         log::debug!("decode {:.2}s", t.elapsed().as_secs_f64());
