@@ -70,8 +70,18 @@ pub struct RmsNorm {
 
 impl RmsNorm {
     pub fn new(wb: &WeightBuilder<'_, '_>, dim: usize, eps: f32) -> Result<Self, RunnerError> {
+        Self::named(wb, "weight", dim, eps)
+    }
+
+    /// The same with the scale stored as `name` (BFL's FLUX checkpoints say `scale`).
+    pub fn named(
+        wb: &WeightBuilder<'_, '_>,
+        name: &str,
+        dim: usize,
+        eps: f32,
+    ) -> Result<Self, RunnerError> {
         Ok(Self {
-            weight: wb.get("weight", [dim, 1, 1, 1], Storage::F32)?,
+            weight: wb.get(name, [dim, 1, 1, 1], Storage::F32)?,
             eps,
         })
     }

@@ -6,6 +6,7 @@
 
 pub mod components;
 pub mod family;
+pub mod flux;
 pub mod hires;
 pub mod lora;
 pub mod mask;
@@ -19,6 +20,7 @@ pub mod ref_args;
 pub mod registry;
 pub mod resample;
 pub mod sd;
+pub mod text;
 pub mod vae;
 
 pub use components::{ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFiles};

@@ -3,6 +3,7 @@
 
 use super::components::ComponentStore;
 use super::family::Family;
+use super::flux::FluxFamily;
 use super::model_args::{ModelArg, ModelArgSpec};
 use super::pixart::PixArtFamily;
 use super::qwen_image_2_1::QwenImage21Family;
@@ -10,7 +11,7 @@ use super::sd::{SD, SDXL};
 use crate::weights::TensorStore;
 
 /// Every family, in detection order.
-pub static FAMILIES: &[&dyn Family] = &[&PixArtFamily, &QwenImage21Family, &SD, &SDXL];
+pub static FAMILIES: &[&dyn Family] = &[&PixArtFamily, &QwenImage21Family, &FluxFamily, &SD, &SDXL];
 
 /// The family whose diffusion model `diffusion` is.
 pub fn detect(diffusion: &ComponentStore) -> Option<&'static dyn Family> {

@@ -6,13 +6,17 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::image_io::{resize_bilinear, Image};
+use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::qwen_image_2_1_vae::LatentStats;
 use crate::models::vae::tiling::{
     decode_with_retry, plan_tiles, tiled_decode, tiled_encode, TileSettings,
 };
 use crate::models::vae::Vae;
 use crate::progress::Progress;
-use crate::runner::{Loaded, Runner, RunnerError};
+use crate::runner::{Loaded, Runner, RunnerError, StoreSource};
+
+use super::components::{ComponentId, ComponentStore};
+use super::family::LoadContext;
 use crate::tensor::HostTensor;
 
 /// How the sampler's latent relates to the VAE's own.
@@ -48,6 +52,29 @@ impl LatentNorm {
             }
         }
     }
+}
+
+/// An AutoencoderKL from its component store, with its encoder only when the run encodes
+/// images (init images, references, image-space hires upscaling). Convolutions keep the
+/// file's float type (`--type` does not apply).
+pub fn load_autoencoder_kl(
+    files: &ComponentStore,
+    ctx: &LoadContext<'_>,
+) -> Result<Loaded<AutoencoderKl>> {
+    let need_encoder = ctx.needs.encoder;
+    let src = StoreSource::new(&files.store, ComponentId::Vae.prefix());
+    let opts = ctx.load_options(ComponentId::Vae, false)?;
+    Runner::load("vae", &src, opts, |wb| -> Result<AutoencoderKl> {
+        let mut config = AutoencoderKlConfig::detect(wb)?;
+        if need_encoder && !config.encoder {
+            return Err(Error::Unsupported(
+                "--init-img needs a VAE with an encoder, but the VAE file has only a decoder"
+                    .into(),
+            ));
+        }
+        config.encoder = need_encoder;
+        Ok(AutoencoderKl::new(wb, config)?)
+    })
 }
 
 /// A loaded VAE and its latent normalisation.

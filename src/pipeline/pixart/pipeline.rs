@@ -6,7 +6,6 @@
 //! `noise · σ_max`, model input `x / sqrt(σ² + 1)` at timestep t(σ), the learned-sigma half of
 //! the output is dropped, and the VAE decodes `latent / scaling_factor`.
 
-use std::path::Path;
 use std::time::Instant;
 
 use super::{
@@ -17,10 +16,9 @@ use crate::error::{Error, Result};
 use crate::models::dit::pixart::{
     MicroConditions, PixArt, PixArtConfig, PixArtInputs, PosEmbedParams,
 };
-use crate::models::te::t5::{self, T5Config, T5Encoder, T5Source};
-use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
+use crate::models::te::t5::{self, T5Encoder};
 use crate::models::vae::tiling::TileSettings;
-use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
+use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
 };
@@ -28,6 +26,8 @@ use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::prompt::PromptTemplate;
+use crate::pipeline::text::{load_t5, load_t5_tokenizer};
+use crate::pipeline::vae::load_autoencoder_kl;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
@@ -38,7 +38,7 @@ use crate::sampling::{
     SamplingPlan,
 };
 use crate::tensor::HostTensor;
-use crate::tokenizers::{find_t5_tokenizer, from_gguf_vocab, load_t5_tokenizer, T5Tokenizer};
+use crate::tokenizers::T5Tokenizer;
 
 pub struct PixArtPipeline {
     tokenizer: T5Tokenizer,
@@ -88,30 +88,6 @@ pub fn linear_beta_schedule() -> Result<ModelSchedule> {
     ))
 }
 
-/// The T5 tokenizer: `--t5xxl-tokenizer`, else one inside the T5 GGUF, else a tokenizer file
-/// beside the T5 weights.
-fn load_tokenizer(t5: &ComponentStore, explicit: Option<&Path>) -> Result<T5Tokenizer> {
-    if explicit.is_none() {
-        for f in t5.store.files() {
-            let md = &f.gguf;
-            if let (Some(tokens), Some(scores)) = (
-                md.get_arr_str("tokenizer.ggml.tokens"),
-                md.get_arr_f32("tokenizer.ggml.scores"),
-            ) {
-                let types = md
-                    .get_arr_i32("tokenizer.ggml.token_type")
-                    .unwrap_or_else(|| vec![1; tokens.len()]);
-                let tokens = tokens.into_iter().map(str::to_string).collect();
-                log::debug!("T5 tokenizer: from GGUF metadata of {}", f.path.display());
-                return Ok(from_gguf_vocab(tokens, scores, types, None)?);
-            }
-        }
-    }
-    let path = find_t5_tokenizer(explicit, &t5.path)?;
-    log::debug!("T5 tokenizer: {}", path.display());
-    Ok(load_t5_tokenizer(&path)?)
-}
-
 impl PixArtPipeline {
     pub fn load(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Self> {
         let dit_files = files.require(&DIFFUSION)?;
@@ -120,7 +96,7 @@ impl PixArtPipeline {
         let args = ctx.model_args;
 
         // The tokenizer first: a missing file fails before gigabytes of weights load.
-        let tokenizer = load_tokenizer(t5_files, ctx.t5_tokenizer)?;
+        let tokenizer = load_t5_tokenizer(t5_files, ctx.t5_tokenizer)?;
         let mut bar = Progress::new("loading model", 3);
 
         // Diffusion transformer; diffusers folders say the head size (released checkpoints
@@ -154,28 +130,11 @@ impl PixArtPipeline {
         }
 
         // Text encoder.
-        let src = T5Source::new(&t5_files.store, ComponentId::T5.prefix());
-        let opts = ctx.load_options(ComponentId::T5, true)?;
-        let t5 = Runner::load("t5", &src, opts, |wb| -> Result<T5Encoder> {
-            Ok(T5Encoder::new(wb, T5Config::detect(wb)?)?)
-        })?;
+        let t5 = load_t5(t5_files, ctx)?;
         bar.tick();
 
         // VAE (its convolutions keep the file's float type; `--type` does not apply).
-        let src = StoreSource::new(&vae_files.store, ComponentId::Vae.prefix());
-        let opts = ctx.load_options(ComponentId::Vae, false)?;
-        let need_encoder = ctx.needs.encoder;
-        let vae = Runner::load("vae", &src, opts, |wb| -> Result<AutoencoderKl> {
-            let mut config = AutoencoderKlConfig::detect(wb)?;
-            if need_encoder && !config.encoder {
-                return Err(Error::Unsupported(
-                    "--init-img needs a VAE with an encoder, but the VAE file has only a decoder"
-                        .into(),
-                ));
-            }
-            config.encoder = need_encoder;
-            Ok(AutoencoderKl::new(wb, config)?)
-        })?;
+        let vae = load_autoencoder_kl(vae_files, ctx)?;
         bar.tick();
 
         // α-1024-MS carries micro-condition embedders and SD's VAE (upstream rule); α-512 needs

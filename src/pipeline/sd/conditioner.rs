@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::models::te::clip::{
     self, clip_skip_layers, ClipOutputs, ClipTextModel, HiddenOutput, PooledOutput, EOS_TOKEN_ID,
 };
+use crate::pipeline::text::apply_token_weights;
 use crate::runner::Loaded;
 use crate::tensor::HostTensor;
 use crate::tokenizers::clip::{tokenize_weighted, ClipTokenizer, PromptChunk};
@@ -210,40 +211,4 @@ fn concat_features(parts: &[HostTensor], n: usize) -> Result<Vec<f32>> {
         }
     }
     Ok(out)
-}
-
-/// Scales each token's row by its weight, then the whole chunk so its mean is unchanged
-/// (upstream's `apply_token_weights`; nothing happens when every weight is 1).
-pub fn apply_token_weights(hidden: &mut [f32], width: usize, weights: &[f32]) {
-    if weights.iter().all(|&w| w == 1.0) || width == 0 {
-        return;
-    }
-    let mean = |h: &[f32]| h.iter().map(|&v| v as f64).sum::<f64>() / h.len().max(1) as f64;
-    let before = mean(hidden) as f32;
-    for (row, &w) in hidden.chunks_mut(width).zip(weights) {
-        row.iter_mut().for_each(|v| *v *= w);
-    }
-    let after = mean(hidden) as f32;
-    if before.is_finite() && after.is_finite() && after != 0.0 {
-        let s = before / after;
-        hidden.iter_mut().for_each(|v| *v *= s);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_weights_keep_the_mean() {
-        let mut h = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-        apply_token_weights(&mut h, 2, &[1.0, 1.5, 1.0]);
-        let mean: f32 = h.iter().sum::<f32>() / 6.0;
-        assert!((mean - 3.5).abs() < 1e-6);
-        // Row 1 scaled by 1.5 relative to the others.
-        assert!((h[2] / h[0] - 3.0 * 1.5).abs() < 1e-5);
-        let mut same = vec![1.0, -2.0];
-        apply_token_weights(&mut same, 1, &[1.0, 1.0]);
-        assert_eq!(same, vec![1.0, -2.0]);
-    }
 }

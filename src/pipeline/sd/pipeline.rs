@@ -14,17 +14,17 @@ use super::prediction::{self, CheckpointExtras, Source};
 use super::variant::{self, SdVersion};
 use super::{CLIP, CLIP_G, CLIP_L_XL, DIFFUSION, TAESD, VAE};
 use crate::error::{Error, Result};
-use crate::models::te::clip::{ClipActivation, ClipConfig, ClipHparams, ClipSource, ClipTextModel};
+use crate::models::te::clip::ClipActivation;
 use crate::models::unet::{refiner_time_ids, sdxl_time_ids, UNet, UNetConfig, UNetHparams};
-use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::taesd::Taesd;
 use crate::models::vae::tiling::TileSettings;
-use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
+use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::{PreviewMethod, PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
-use crate::pipeline::vae::{LatentNorm, VaeStage};
+use crate::pipeline::text::load_clip;
+use crate::pipeline::vae::{load_autoencoder_kl, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
@@ -48,33 +48,6 @@ pub struct SdPipeline {
     /// The batch's size, init-image latent and mask (set by `prepare`); for inpainting
     /// UNets also the extra input channels (latent mask + masked image latent).
     batch: Option<Prepared<Option<HostTensor>>>,
-}
-
-/// One CLIP text encoder from its store.
-fn load_clip(
-    files: &ComponentStore,
-    id: ComponentId,
-    ctx: &LoadContext<'_>,
-    act: ClipActivation,
-) -> Result<(Loaded<ClipTextModel>, bool)> {
-    let src = ClipSource::new(&files.store, id.prefix());
-    let openclip = src.layout().is_openclip();
-    let mut hp = ClipHparams::new(act).with_openclip_layout(openclip);
-    if let Some(cfg) = files.config() {
-        hp = hp.with_config_json(cfg)?;
-    }
-    let opts = ctx.load_options(id, true)?;
-    let name = if id == ComponentId::ClipG {
-        "clip_g"
-    } else {
-        "clip"
-    };
-    let clip = Runner::load(name, &src, opts, |wb| -> Result<ClipTextModel> {
-        let config = ClipConfig::detect(wb, &hp)?;
-        log::debug!("{name}: {config:?}");
-        Ok(ClipTextModel::new(wb, config)?)
-    })?;
-    Ok((clip, openclip))
 }
 
 /// The layers an encoder runs for `--clip-skip` (or the version's default). diffusers converts
@@ -124,9 +97,7 @@ fn load_taesd(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Option<Va
 }
 
 /// The VAE stage of the final decode: the AutoencoderKL with the version's latent scale.
-/// Convolutions keep the file's float type (`--type` does not apply).
 fn load_vae(files: &ComponentFiles, ctx: &LoadContext<'_>, version: SdVersion) -> Result<VaeStage> {
-    let need_encoder = ctx.needs.encoder;
     let vae_files = files.get(VAE.id).filter(|s| !s.is_empty()).ok_or_else(|| {
         Error::Unsupported(
             "Stable Diffusion needs a VAE: none was found in the model files (pass --vae, \
@@ -134,21 +105,8 @@ fn load_vae(files: &ComponentFiles, ctx: &LoadContext<'_>, version: SdVersion) -
                 .into(),
         )
     })?;
-    let src = StoreSource::new(&vae_files.store, ComponentId::Vae.prefix());
-    let opts = ctx.load_options(ComponentId::Vae, false)?;
-    let vae = Runner::load("vae", &src, opts, |wb| -> Result<AutoencoderKl> {
-        let mut config = AutoencoderKlConfig::detect(wb)?;
-        if need_encoder && !config.encoder {
-            return Err(Error::Unsupported(
-                "--init-img needs a VAE with an encoder, but the VAE file has only a decoder"
-                    .into(),
-            ));
-        }
-        config.encoder = need_encoder;
-        Ok(AutoencoderKl::new(wb, config)?)
-    })?;
     Ok(VaeStage::new(
-        vae,
+        load_autoencoder_kl(vae_files, ctx)?,
         LatentNorm::Scale {
             scale: version.vae_scale(),
             shift: 0.0,

@@ -102,9 +102,4 @@ impl QwenImage21Config {
     }
 }
 
-/// Rope axes for a head size: the released [16, 56, 56] split of 128 scaled down, height and
-/// width each the largest even ≤ 7/16 of the head, the frame axis the rest.
-pub fn default_axes_dims(head_dim: usize) -> [usize; 3] {
-    let hw = (7 * head_dim / 16) & !1;
-    [head_dim - 2 * hw, hw, hw]
-}
+pub use super::super::default_axes_dims;

@@ -1,0 +1,332 @@
+//! FLUX.1's double-stream blocks (image and text each with their own weights, joint
+//! attention) and single-stream blocks (one stream, attention and MLP in parallel), in either
+//! checkpoint layout.
+
+use crate::ggml::Tensor;
+use crate::nn::{self, LayerNorm, Linear, RmsNorm, RopeLayout};
+use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
+
+use super::config::{FluxConfig, FluxLayout, NORM_EPS};
+
+/// Rope tables of the joint sequence [text…, image…], each [head_dim/2, n].
+#[derive(Clone, Copy)]
+pub(super) struct Rope<'g> {
+    pub cos: Tensor<'g>,
+    pub sin: Tensor<'g>,
+}
+
+/// Rows of a modulation output [k·D, B], each [D, 1, B].
+pub(super) fn mod_rows<'g>(
+    g: &'g GraphCtx<'g>,
+    mods: Tensor<'g>,
+    d: usize,
+    k: usize,
+) -> Vec<Tensor<'g>> {
+    let b = mods.ne()[1];
+    let es = 4;
+    (0..k)
+        .map(|i| {
+            let v = g.view(
+                mods,
+                [d, b, 1, 1],
+                [k * d * es, k * d * b * es, k * d * b * es],
+                i * d * es,
+            );
+            g.reshape(g.cont(v), [d, 1, b, 1])
+        })
+        .collect()
+}
+
+/// `LN(x)·(1 + scale) + shift`.
+fn modulate<'g>(
+    g: &'g GraphCtx<'g>,
+    x: Tensor<'g>,
+    shift: Tensor<'g>,
+    scale: Tensor<'g>,
+) -> Tensor<'g> {
+    let n = LayerNorm::plain(NORM_EPS).forward(g, x);
+    g.add(g.mul(n, g.scale_bias(scale, 1.0, 1.0)), shift)
+}
+
+/// Columns `start .. start + len` of `t` [D, n, B] (a contiguous copy).
+fn columns<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, start: usize, len: usize) -> Tensor<'g> {
+    let [d, n, b, _] = t.ne();
+    let es = 4;
+    g.cont(g.view(
+        t,
+        [d, len, b, 1],
+        [d * es, d * n * es, d * n * b * es],
+        start * d * es,
+    ))
+}
+
+/// Rows `start .. start + len` of `t` [R, n, B] (a contiguous copy).
+fn rows<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, start: usize, len: usize) -> Tensor<'g> {
+    let [r, n, b, _] = t.ne();
+    let es = 4;
+    g.cont(g.view(
+        t,
+        [len, n, b, 1],
+        [r * es, r * n * es, r * n * b * es],
+        start * es,
+    ))
+}
+
+/// Q, K and V projections: one fused linear (BFL) or three.
+#[derive(Clone, Copy, Debug)]
+enum Qkv {
+    Fused(Linear),
+    Split(Linear, Linear, Linear),
+}
+
+impl Qkv {
+    fn forward<'g>(&self, g: &'g GraphCtx<'g>, h: Tensor<'g>, d: usize) -> [Tensor<'g>; 3] {
+        match self {
+            Qkv::Fused(l) => {
+                let t = g.cont(l.forward(g, h));
+                [rows(g, t, 0, d), rows(g, t, d, d), rows(g, t, 2 * d, d)]
+            }
+            Qkv::Split(q, k, v) => [q.forward(g, h), k.forward(g, h), v.forward(g, h)],
+        }
+    }
+}
+
+/// One stream's half of a double block.
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    modulation: Linear,
+    qkv: Qkv,
+    norm_q: RmsNorm,
+    norm_k: RmsNorm,
+    proj: Linear,
+    mlp_in: Linear,
+    mlp_out: Linear,
+}
+
+/// Q, K (RMS-normed per head) and V of a stream's modulated input, each [D, n, B].
+fn qkv_normed<'g>(
+    g: &'g GraphCtx<'g>,
+    qkv: &Qkv,
+    norms: (&RmsNorm, &RmsNorm),
+    h: Tensor<'g>,
+    c: &FluxConfig,
+) -> [Tensor<'g>; 3] {
+    let [d, n, b, _] = h.ne();
+    let [q, k, v] = qkv.forward(g, h, d);
+    let heads = |t: Tensor<'g>| g.reshape(t, [c.head_dim, c.heads, n, b]);
+    let flat = |t: Tensor<'g>| g.reshape(t, [d, n, b, 1]);
+    [
+        flat(norms.0.forward(g, heads(q))),
+        flat(norms.1.forward(g, heads(k))),
+        v,
+    ]
+}
+
+/// Rotates joint-sequence q or k [D, n, B] by the rope tables.
+fn rotate<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, rope: Rope<'g>, c: &FluxConfig) -> Tensor<'g> {
+    let [d, n, b, _] = t.ne();
+    let t = g.reshape(t, [c.head_dim, c.heads, n, b]);
+    let t = nn::apply_rope(g, t, rope.cos, rope.sin, RopeLayout::Interleaved);
+    g.reshape(t, [d, n, b, 1])
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DoubleBlock {
+    img: Stream,
+    txt: Stream,
+}
+
+impl DoubleBlock {
+    pub fn new(wb: &WeightBuilder<'_, '_>, c: &FluxConfig) -> Result<Self, RunnerError> {
+        let (d, hd, m) = (c.hidden_size, c.head_dim, c.mlp_hidden);
+        let lin = |w: WeightBuilder<'_, '_>, i, o| Linear::new(&w, i, o, true);
+        Ok(match c.layout {
+            FluxLayout::Bfl => {
+                let stream = |s: &str| -> Result<Stream, RunnerError> {
+                    let attn = wb.pp(format!("{s}_attn"));
+                    let norm = attn.pp("norm");
+                    Ok(Stream {
+                        modulation: lin(wb.pp(format!("{s}_mod")).pp("lin"), d, 6 * d)?,
+                        qkv: Qkv::Fused(lin(attn.pp("qkv"), d, 3 * d)?),
+                        norm_q: RmsNorm::named(&norm.pp("query_norm"), "scale", hd, NORM_EPS)?,
+                        norm_k: RmsNorm::named(&norm.pp("key_norm"), "scale", hd, NORM_EPS)?,
+                        proj: lin(attn.pp("proj"), d, d)?,
+                        mlp_in: lin(wb.pp(format!("{s}_mlp")).pp(0), d, m)?,
+                        mlp_out: lin(wb.pp(format!("{s}_mlp")).pp(2), m, d)?,
+                    })
+                };
+                Self {
+                    img: stream("img")?,
+                    txt: stream("txt")?,
+                }
+            }
+            FluxLayout::Diffusers => {
+                let attn = wb.pp("attn");
+                let split = |q: &str, k: &str, v: &str| -> Result<Qkv, RunnerError> {
+                    Ok(Qkv::Split(
+                        lin(attn.pp(q), d, d)?,
+                        lin(attn.pp(k), d, d)?,
+                        lin(attn.pp(v), d, d)?,
+                    ))
+                };
+                let ff = |name: &str| wb.pp(name).pp("net");
+                Self {
+                    img: Stream {
+                        modulation: lin(wb.pp("norm1").pp("linear"), d, 6 * d)?,
+                        qkv: split("to_q", "to_k", "to_v")?,
+                        norm_q: RmsNorm::new(&attn.pp("norm_q"), hd, NORM_EPS)?,
+                        norm_k: RmsNorm::new(&attn.pp("norm_k"), hd, NORM_EPS)?,
+                        proj: lin(attn.pp("to_out").pp(0), d, d)?,
+                        mlp_in: lin(ff("ff").pp(0).pp("proj"), d, m)?,
+                        mlp_out: lin(ff("ff").pp(2), m, d)?,
+                    },
+                    txt: Stream {
+                        modulation: lin(wb.pp("norm1_context").pp("linear"), d, 6 * d)?,
+                        qkv: split("add_q_proj", "add_k_proj", "add_v_proj")?,
+                        norm_q: RmsNorm::new(&attn.pp("norm_added_q"), hd, NORM_EPS)?,
+                        norm_k: RmsNorm::new(&attn.pp("norm_added_k"), hd, NORM_EPS)?,
+                        proj: lin(attn.pp("to_add_out"), d, d)?,
+                        mlp_in: lin(ff("ff_context").pp(0).pp("proj"), d, m)?,
+                        mlp_out: lin(ff("ff_context").pp(2), m, d)?,
+                    },
+                }
+            }
+        })
+    }
+
+    /// Runs the block on image tokens `x` [D, N, B] and text tokens `ctx` [D, L, B] under
+    /// `vec` = SiLU(temb) [D, B]; returns the new (image, text) tokens.
+    pub fn forward<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        x: Tensor<'g>,
+        ctx: Tensor<'g>,
+        vec: Tensor<'g>,
+        rope: Rope<'g>,
+        c: &FluxConfig,
+    ) -> (Tensor<'g>, Tensor<'g>) {
+        let d = c.hidden_size;
+        let l = ctx.ne()[1];
+        let im = mod_rows(g, self.img.modulation.forward(g, vec), d, 6);
+        let tm = mod_rows(g, self.txt.modulation.forward(g, vec), d, 6);
+        let hi = modulate(g, x, im[0], im[1]);
+        let ht = modulate(g, ctx, tm[0], tm[1]);
+        let [qi, ki, vi] = qkv_normed(
+            g,
+            &self.img.qkv,
+            (&self.img.norm_q, &self.img.norm_k),
+            hi,
+            c,
+        );
+        let [qt, kt, vt] = qkv_normed(
+            g,
+            &self.txt.qkv,
+            (&self.txt.norm_q, &self.txt.norm_k),
+            ht,
+            c,
+        );
+        let q = rotate(g, g.concat(qt, qi, 1), rope, c);
+        let k = rotate(g, g.concat(kt, ki, 1), rope, c);
+        let v = g.concat(vt, vi, 1);
+        let a = nn::attention(g, q, k, v, c.heads, None);
+        let n = x.ne()[1];
+        let (at, ai) = (columns(g, a, 0, l), columns(g, a, l, n));
+        let finish = |s: &Stream, x: Tensor<'g>, a: Tensor<'g>, m: &[Tensor<'g>]| {
+            let x = g.add(x, g.mul(s.proj.forward(g, a), m[2]));
+            let h = modulate(g, x, m[3], m[4]);
+            let f = s
+                .mlp_out
+                .forward(g, nn::gelu_tanh(g, s.mlp_in.forward(g, h)));
+            g.add(x, g.mul(f, m[5]))
+        };
+        (
+            finish(&self.img, x, ai, &im),
+            finish(&self.txt, ctx, at, &tm),
+        )
+    }
+}
+
+/// A single block's input projections: BFL's `linear1` gives q, k, v and the MLP input at
+/// once.
+#[derive(Clone, Copy, Debug)]
+enum SingleIn {
+    Fused(Linear),
+    Split { qkv: Qkv, mlp: Linear },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SingleBlock {
+    modulation: Linear,
+    input: SingleIn,
+    norm_q: RmsNorm,
+    norm_k: RmsNorm,
+    /// [attention, MLP] → D.
+    out: Linear,
+}
+
+impl SingleBlock {
+    pub fn new(wb: &WeightBuilder<'_, '_>, c: &FluxConfig) -> Result<Self, RunnerError> {
+        let (d, hd, m) = (c.hidden_size, c.head_dim, c.mlp_hidden);
+        let lin = |w: WeightBuilder<'_, '_>, i, o| Linear::new(&w, i, o, true);
+        Ok(match c.layout {
+            FluxLayout::Bfl => {
+                let norm = wb.pp("norm");
+                Self {
+                    modulation: lin(wb.pp("modulation").pp("lin"), d, 3 * d)?,
+                    input: SingleIn::Fused(lin(wb.pp("linear1"), d, 3 * d + m)?),
+                    norm_q: RmsNorm::named(&norm.pp("query_norm"), "scale", hd, NORM_EPS)?,
+                    norm_k: RmsNorm::named(&norm.pp("key_norm"), "scale", hd, NORM_EPS)?,
+                    out: lin(wb.pp("linear2"), d + m, d)?,
+                }
+            }
+            FluxLayout::Diffusers => {
+                let attn = wb.pp("attn");
+                Self {
+                    modulation: lin(wb.pp("norm").pp("linear"), d, 3 * d)?,
+                    input: SingleIn::Split {
+                        qkv: Qkv::Split(
+                            lin(attn.pp("to_q"), d, d)?,
+                            lin(attn.pp("to_k"), d, d)?,
+                            lin(attn.pp("to_v"), d, d)?,
+                        ),
+                        mlp: lin(wb.pp("proj_mlp"), d, m)?,
+                    },
+                    norm_q: RmsNorm::new(&attn.pp("norm_q"), hd, NORM_EPS)?,
+                    norm_k: RmsNorm::new(&attn.pp("norm_k"), hd, NORM_EPS)?,
+                    out: lin(wb.pp("proj_out"), d + m, d)?,
+                }
+            }
+        })
+    }
+
+    /// Runs the block on the joint tokens `x` [D, L + N, B].
+    pub fn forward<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        x: Tensor<'g>,
+        vec: Tensor<'g>,
+        rope: Rope<'g>,
+        c: &FluxConfig,
+    ) -> Tensor<'g> {
+        let d = c.hidden_size;
+        let m = mod_rows(g, self.modulation.forward(g, vec), d, 3);
+        let h = modulate(g, x, m[0], m[1]);
+        let (qkv, mlp) = match &self.input {
+            SingleIn::Fused(l) => {
+                let t = g.cont(l.forward(g, h));
+                let qkv = [rows(g, t, 0, d), rows(g, t, d, d), rows(g, t, 2 * d, d)];
+                (qkv, rows(g, t, 3 * d, c.mlp_hidden))
+            }
+            SingleIn::Split { qkv, mlp } => (qkv.forward(g, h, d), mlp.forward(g, h)),
+        };
+        let [q, k, v] = qkv;
+        let [_, n, b, _] = h.ne();
+        let heads = |t: Tensor<'g>| g.reshape(t, [c.head_dim, c.heads, n, b]);
+        let flat = |t: Tensor<'g>| g.reshape(t, [d, n, b, 1]);
+        let q = rotate(g, flat(self.norm_q.forward(g, heads(q))), rope, c);
+        let k = rotate(g, flat(self.norm_k.forward(g, heads(k))), rope, c);
+        let a = nn::attention(g, q, k, v, c.heads, None);
+        let cat = g.concat(a, nn::gelu_tanh(g, mlp), 0);
+        g.add(x, g.mul(self.out.forward(g, cat), m[2]))
+    }
+}

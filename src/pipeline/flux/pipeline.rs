@@ -1,0 +1,417 @@
+//! The FLUX.1 pipeline: loading, conditioning, sampling in packed tokens, decoding.
+
+use std::time::Instant;
+
+use super::{flow_shift, CLIP_L, DIFFUSION, T5, T5_CHUNK, VAE, VAE_SCALE, VAE_SHIFT};
+use crate::error::{Error, Result};
+use crate::models::dit::flux::{packing, Flux, FluxConfig, FluxInputs};
+use crate::models::te::clip::{self, ClipActivation, ClipOutputs, ClipTextModel, PooledOutput};
+use crate::models::te::t5::T5Encoder;
+use crate::models::vae::tiling::TileSettings;
+use crate::pipeline::components::{ComponentFiles, ComponentId};
+use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
+use crate::pipeline::hires::second_pass;
+use crate::pipeline::mask::InpaintMask;
+use crate::pipeline::preview::PreviewRequest;
+use crate::pipeline::text::{
+    encode_t5_chunks, load_clip, load_t5, load_t5_tokenizer, t5_weighted_chunks,
+};
+use crate::pipeline::vae::{load_autoencoder_kl, LatentNorm, VaeStage};
+use crate::pipeline::{denoise, SampleJob};
+use crate::progress::Progress;
+use crate::rng::Rng;
+use crate::runner::{Loaded, Runner, StoreSource};
+use crate::sampling::{
+    Guidance, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions, SamplingPlan,
+};
+use crate::tensor::HostTensor;
+use crate::tokenizers::clip::{tokenize_weighted, ClipTokenizer};
+use crate::tokenizers::T5Tokenizer;
+
+/// A prompt's conditioning: T5 hidden states [text_dim, L] and the pooled CLIP vector.
+pub struct FluxCondition {
+    pub text: HostTensor,
+    pub pooled: Vec<f32>,
+}
+
+pub struct FluxPipeline {
+    clip: Option<(ClipTokenizer, Loaded<ClipTextModel>)>,
+    t5: Option<(T5Tokenizer, Loaded<T5Encoder>)>,
+    dit: Loaded<Flux>,
+    vae: VaeStage,
+    schedule: ModelSchedule,
+    prediction: Prediction,
+    batch: Option<Prepared>,
+}
+
+/// One image request.
+pub struct FluxRequest<'a> {
+    pub prompt: &'a str,
+    pub negative_prompt: &'a str,
+    pub width: usize,
+    pub height: usize,
+    /// `--cfg-scale` (real CFG when ≠ 1) and `--guidance` (the distilled input of dev).
+    pub guidance: Guidance,
+    pub plan: &'a SamplingPlan,
+    pub noise_rng: &'a mut dyn Rng,
+    pub sampler_rng: &'a mut dyn Rng,
+    /// img2img: the init image's sampler latent and `--strength`.
+    pub init: Option<(&'a HostTensor, f32)>,
+    pub preview: Option<PreviewRequest<'a>>,
+    /// `--mask`: the latent mask each step's denoised estimate is blended with.
+    pub mask: Option<&'a HostTensor>,
+}
+
+impl FluxPipeline {
+    pub fn load(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Self> {
+        let dit_files = files.require(&DIFFUSION)?;
+        let present = |id| files.get(id).filter(|s| !s.is_empty());
+        let t5_files = present(T5.id);
+        let tokenizer = t5_files
+            .map(|f| load_t5_tokenizer(f, ctx.t5_tokenizer))
+            .transpose()?;
+        let mut bar = Progress::new("loading model", 4);
+
+        let axes = dit_files
+            .config()
+            .and_then(|c| c.get("axes_dims_rope")?.as_array().cloned())
+            .and_then(|a| {
+                let v: Vec<usize> = a
+                    .iter()
+                    .filter_map(|x| x.as_u64().map(|x| x as usize))
+                    .collect();
+                (v.len() == 3).then(|| [v[0], v[1], v[2]])
+            });
+        let root = dit_files.root(ComponentId::Diffusion);
+        let src = StoreSource::new(&dit_files.store, &root);
+        let opts = ctx.load_options(ComponentId::Diffusion, true)?;
+        let dit = Runner::load("flux", &src, opts, |wb| -> Result<Flux> {
+            let mut config = FluxConfig::detect(wb)?;
+            if let Some(a) = axes {
+                config = config.with_axes_dims(a)?;
+            }
+            log::debug!("flux: {config:?}");
+            Ok(Flux::new(wb, config)?)
+        })?;
+        bar.tick();
+
+        let clip = match present(CLIP_L.id) {
+            Some(f) => {
+                let (model, _) = load_clip(f, ComponentId::ClipL, ctx, ClipActivation::QuickGelu)?;
+                Some((ClipTokenizer::new()?, model))
+            }
+            None => {
+                log::warn!("no CLIP-L text encoder (--clip_l): the pooled text vector is zeros");
+                None
+            }
+        };
+        bar.tick();
+        let t5 = match (t5_files, tokenizer) {
+            (Some(f), Some(tok)) => Some((tok, load_t5(f, ctx)?)),
+            _ => {
+                log::warn!("no T5-XXL text encoder (--t5xxl): the text states are zeros");
+                None
+            }
+        };
+        bar.tick();
+        let vae = VaeStage::new(
+            load_autoencoder_kl(files.require(&VAE)?, ctx)?,
+            LatentNorm::Scale {
+                scale: VAE_SCALE,
+                shift: VAE_SHIFT,
+            },
+        );
+        bar.tick();
+
+        let c = dit.model.config();
+        if let Some((_, t5)) = &t5 {
+            let have = t5.model.config().d_model;
+            if have != c.text_dim {
+                return Err(Error::Unsupported(format!(
+                    "the T5 encoder gives {have}-wide states but the FLUX transformer reads {} \
+                     (mismatched --t5xxl?)",
+                    c.text_dim
+                )));
+            }
+        }
+        if let Some((_, clip)) = &clip {
+            let have = clip.model.config().hidden;
+            if have != c.pooled_dim {
+                return Err(Error::Unsupported(format!(
+                    "the CLIP encoder gives a {have}-wide pooled vector but the FLUX transformer \
+                     reads {} (mismatched --clip_l?)",
+                    c.pooled_dim
+                )));
+            }
+        }
+        if c.in_channels % 4 != 0 {
+            return Err(Error::Unsupported(format!(
+                "the FLUX transformer takes {} channels per token, not 2x2 patches",
+                c.in_channels
+            )));
+        }
+        let shift = flow_shift(c);
+        Ok(Self {
+            clip,
+            t5,
+            schedule: ModelSchedule::FluxFlow { shift },
+            prediction: ctx.prediction.unwrap_or(Prediction::FluxFlow),
+            dit,
+            vae,
+            batch: None,
+        })
+    }
+
+    pub fn config(&self) -> &FluxConfig {
+        self.dit.model.config()
+    }
+
+    /// Latent channels (packed channels / 4).
+    fn latent_channels(&self) -> usize {
+        self.config().in_channels / 4
+    }
+
+    /// VAE factor × 2 (the 2×2 patches).
+    pub fn size_multiple(&self) -> usize {
+        self.vae.scale_factor() * 2
+    }
+
+    /// The T5 states and pooled CLIP vector of `prompt` (zeros for a missing encoder).
+    pub fn condition(&self, prompt: &str) -> Result<FluxCondition> {
+        let c = self.config();
+        let pooled = match &self.clip {
+            Some((tok, model)) => {
+                let chunks = tokenize_weighted(tok, prompt, tok.eos())?;
+                let ids = &chunks[0].ids;
+                let out = clip::encode(
+                    &model.runner,
+                    &model.model,
+                    ids,
+                    None,
+                    &ClipOutputs {
+                        hidden: None,
+                        pooled: Some(PooledOutput {
+                            position: clip::pooled_position(ids, tok.eos()),
+                            project: false,
+                        }),
+                    },
+                )?;
+                out.pooled
+                    .map(|p| p.data)
+                    .ok_or_else(|| Error::Unsupported("CLIP returned no pooled output".into()))?
+            }
+            None => vec![0.0; c.pooled_dim],
+        };
+        let text = match &self.t5 {
+            Some((tok, t5)) => encode_t5_chunks(t5, &t5_weighted_chunks(tok, prompt, T5_CHUNK)?)?,
+            None => HostTensor::zeros([c.text_dim, T5_CHUNK, 1, 1]),
+        };
+        Ok(FluxCondition { text, pooled })
+    }
+
+    /// The transformer's velocity for latent `x` ([w, h, C]) under `cond`.
+    fn velocity(
+        &self,
+        x: &[f32],
+        lat: (usize, usize, usize),
+        cond: &FluxCondition,
+        sigma: f32,
+        guidance: f32,
+    ) -> Result<Vec<f32>> {
+        let (w, h, ch) = lat;
+        let latent = HostTensor::image(w, h, ch, x.to_vec())?;
+        let tokens = packing::pack(&latent);
+        let pos = packing::positions(w, h, 0.0, (0.0, 0.0));
+        let n = pos.len();
+        let c = self.config();
+        let model = &self.dit.model;
+        let mut error = None;
+        let out = self.dit.runner.compute(|g| {
+            let inputs = FluxInputs {
+                img: g.input_f32("flux.img", [c.in_channels, n, 1, 1], tokens.clone()),
+                img_pos: &pos,
+                targets: n,
+                txt: g.input_f32("flux.txt", cond.text.ne, cond.text.data.clone()),
+                pooled: g.input_f32("flux.pooled", [c.pooled_dim, 1, 1, 1], cond.pooled.clone()),
+                timesteps: &[sigma],
+                guidance: &[guidance],
+            };
+            match model.forward(g, &inputs) {
+                Ok(t) => vec![t],
+                Err(e) => {
+                    error = Some(e);
+                    vec![]
+                }
+            }
+        });
+        if let Some(e) = error {
+            return Err(e.into());
+        }
+        let v = out?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Unsupported("the FLUX transformer returned nothing".into()))?;
+        Ok(packing::unpack(&v.data, w, h, ch).data)
+    }
+
+    /// Conditioning and sampling; returns the final sampler latent [w, h, C].
+    pub fn sample(&self, req: FluxRequest<'_>) -> Result<HostTensor> {
+        crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
+        let t0 = Instant::now();
+        let cond = self.condition(req.prompt)?;
+        let uncond = if req.guidance.needs_uncond() {
+            Some(self.condition(req.negative_prompt)?)
+        } else {
+            None
+        };
+        let condition_secs = t0.elapsed().as_secs_f64();
+        let f = self.vae.scale_factor();
+        let (lw, lh, lc) = (req.width / f, req.height / f, self.latent_channels());
+        // sd-cli's `flux` schedule reads the latent pixel count (not the packed tokens).
+        let mut plan = req.plan.clone();
+        plan.schedule_opts.image_seq_len = (lw * lh) as u32;
+        let t1 = Instant::now();
+        let model = FluxModel {
+            pipe: self,
+            cond: &cond,
+            uncond: uncond.as_ref(),
+            lat: (lw, lh, lc),
+        };
+        let job = SampleJob {
+            plan: &plan,
+            guidance: req.guidance,
+            noise_rng: req.noise_rng,
+            sampler_rng: req.sampler_rng,
+            init: req.init,
+            preview: req.preview.map(|p| p.with(None, &self.vae)),
+            mask: req.mask,
+        };
+        if let Some(p) = &job.preview {
+            p.check("FLUX");
+        }
+        let (latent, steps) = denoise(model, self.prediction, &self.schedule, job, (lw, lh, lc))?;
+        log::debug!(
+            "flux: condition {condition_secs:.2}s, sampling {:.2}s ({steps} steps); transformer weights {:.1} MiB + {:.1} MiB compute",
+            t1.elapsed().as_secs_f64(),
+            self.dit.runner.weights().map_or(0, |w| w.bytes()) as f64 / 1048576.0,
+            self.dit.runner.last_compute_bytes() as f64 / 1048576.0,
+        );
+        Ok(HostTensor::image(lw, lh, lc, latent)?)
+    }
+
+    /// Decodes a sampler latent to an image in [0, 1].
+    pub fn decode(&self, x: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
+        let t = Instant::now();
+        let image = self.vae.decode(x, tiling)?;
+        log::debug!("flux: decode {:.2}s", t.elapsed().as_secs_f64());
+        Ok(image)
+    }
+
+    pub fn schedule(&self) -> &ModelSchedule {
+        &self.schedule
+    }
+}
+
+/// The transformer as the guided denoiser's model (cond and uncond as separate calls: their
+/// T5 lengths may differ).
+struct FluxModel<'a> {
+    pipe: &'a FluxPipeline,
+    cond: &'a FluxCondition,
+    uncond: Option<&'a FluxCondition>,
+    lat: (usize, usize, usize),
+}
+
+impl GuidedModel for FluxModel<'_> {
+    fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
+        let run = |c: &FluxCondition| {
+            self.pipe
+                .velocity(call.x, self.lat, c, call.sigma, call.distilled_guidance)
+                .map_err(|e| format!("{e:#}"))
+        };
+        let cond = run(self.cond)?;
+        let uncond = match (call.needs.uncond, self.uncond) {
+            (true, Some(u)) => Some(run(u)?),
+            (true, None) => {
+                return Err(
+                    "the unconditional prediction was asked without a negative prompt".into(),
+                )
+            }
+            (false, _) => None,
+        };
+        Ok(Predictions {
+            cond,
+            uncond,
+            img_uncond: None,
+        })
+    }
+}
+
+impl Generator for FluxPipeline {
+    fn size_rule(&self) -> SizeRule {
+        SizeRule {
+            multiple: self.size_multiple() as u32,
+            round_up: true,
+            refs_set_size: false,
+        }
+    }
+
+    fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
+        if !batch.refs.is_empty() {
+            return Err(Error::Unsupported(
+                "FLUX.1 dev/schnell do not take reference images (-r); Kontext is not supported yet"
+                    .into(),
+            ));
+        }
+        let (w, h) = (batch.width, batch.height);
+        let init = batch
+            .init
+            .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
+            .transpose()?;
+        let factor = self.vae.scale_factor();
+        self.batch = Some(Prepared {
+            width: w,
+            height: h,
+            init,
+            mask: batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor)),
+            extra: (),
+        });
+        Ok(())
+    }
+
+    fn generate(&mut self, mut job: ImageJob<'_>) -> Result<HostTensor> {
+        let batch = Prepared::get(&self.batch)?;
+        let hires = job.hires.take();
+        let x = self.sample(FluxRequest {
+            prompt: job.prompt,
+            negative_prompt: job.negative_prompt,
+            width: batch.width,
+            height: batch.height,
+            guidance: job.guidance,
+            plan: job.plan,
+            noise_rng: job.noise_rng,
+            sampler_rng: job.sampler_rng,
+            init: batch.init.as_ref().map(|z| (z, job.strength)),
+            preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+            mask: batch.denoise_mask(),
+        })?;
+        let x = match hires {
+            Some(h) => second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
+                self.sample(FluxRequest {
+                    prompt: job.prompt,
+                    negative_prompt: job.negative_prompt,
+                    width: p.width,
+                    height: p.height,
+                    guidance: job.guidance,
+                    plan: p.plan,
+                    noise_rng: p.noise_rng,
+                    sampler_rng: p.sampler_rng,
+                    init: Some((p.init, p.strength)),
+                    preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
+                    mask: p.mask,
+                })
+            })?,
+            None => x,
+        };
+        self.decode(&x, job.tiling)
+    }
+}

@@ -1,0 +1,206 @@
+//! FLUX.1 against diffusers on tiny random-weight models (tests/reference/flux_fixtures.py):
+//! one transformer call of a dev model (diffusers folder, guidance embedding) and a schnell
+//! model (BFL single-file names: fused qkv / linear1, (shift, scale) final modulation), the
+//! prompt conditioning (T5 over 256 tokens unmasked, pooled CLIP-L), and whole `sd-cli` runs
+//! against `FluxPipeline` under sd-cli's schedule rule (REFERENCE-NOTES 29).
+//!
+//! Tolerances: transformer 1e-4 × max(1, max |reference|); T5 states 1e-4, pooled 1e-5 (×
+//! scale); images ≥ 60 dB PSNR (8-bit PNG).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use sd_cli::image_io::read_png;
+use sd_cli::models::dit::flux::{packing, Flux, FluxConfig, FluxInputs, FluxLayout};
+use sd_cli::pipeline::components::{ComponentFiles, ComponentId, ComponentStore, Needs};
+use sd_cli::pipeline::flux::FluxPipeline;
+use sd_cli::pipeline::{LoadContext, ModelArgs};
+use sd_cli::runner::{BackendPlan, MemoryOptions, RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::tensor::HostTensor;
+use sd_cli::weights::TensorStore;
+
+const PROMPT: &str = "A lovely cat, holding a sign.";
+
+fn dir() -> PathBuf {
+    fixture_path("flux")
+}
+
+fn refs() -> TensorStore {
+    open_fixture("flux/reference.safetensors")
+}
+
+fn t5_tokenizer() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/t5-v1_1.tokenizer.json")
+}
+
+fn clip_l() -> PathBuf {
+    fixture_path("sd_pipeline").join("sd1/text_encoder/model.safetensors")
+}
+
+fn t5() -> PathBuf {
+    fixture_path("pixart_pipeline").join("text_encoder/model.safetensors")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The transformer of `path` (prefix `prefix`) with rope axes [4, 6, 6].
+fn transformer(path: &Path, prefix: &str) -> (Flux, Runner) {
+    let backend = cpu();
+    let store = TensorStore::open(path).unwrap();
+    let source = StoreSource::new(&store, prefix);
+    let loader = WeightLoader::new(&source, None);
+    let config = FluxConfig::detect(&loader.root(""))
+        .unwrap()
+        .with_axes_dims([4, 6, 6])
+        .unwrap();
+    let model = Flux::new(&loader.root(""), config).unwrap();
+    let weights = loader.finish(&backend, "flux").unwrap();
+    (
+        model,
+        Runner::new("flux", backend, Some(weights), RunOptions::default()),
+    )
+}
+
+fn call(model: &Flux, runner: &Runner, guidance: f32) -> HostTensor {
+    let r = refs();
+    let (x, txt, pooled) = (
+        tensor(&r, "call_x"),
+        tensor(&r, "call_txt"),
+        tensor(&r, "call_pooled"),
+    );
+    let pos = packing::positions(12, 8, 0.0, (0.0, 0.0));
+    let n = pos.len();
+    let c = model.config();
+    let mut out = runner
+        .compute(|g| {
+            let inputs = FluxInputs {
+                img: g.input_f32("img", [c.in_channels, n, 1, 1], x.data.clone()),
+                img_pos: &pos,
+                targets: n,
+                txt: g.input_f32("txt", [c.text_dim, txt.ne[1], 1, 1], txt.data.clone()),
+                pooled: g.input_f32("pooled", [c.pooled_dim, 1, 1, 1], pooled.data.clone()),
+                timesteps: &[0.7],
+                guidance: &[guidance],
+            };
+            vec![model.forward(g, &inputs).unwrap()]
+        })
+        .unwrap();
+    out.pop().unwrap()
+}
+
+#[test]
+fn transformer_matches_diffusers_in_both_layouts() {
+    let (dev, runner) = transformer(
+        &dir().join("dev/transformer/diffusion_pytorch_model.safetensors"),
+        "",
+    );
+    assert_eq!(dev.config().layout, FluxLayout::Diffusers);
+    assert!(dev.config().guidance_embed);
+    let want = tensor(&refs(), "call_dev");
+    let got = call(&dev, &runner, 3.5);
+    assert_close("dev (diffusers names)", &got, &want, 1e-4);
+
+    let (schnell, runner) =
+        transformer(&dir().join("schnell.safetensors"), "model.diffusion_model.");
+    assert_eq!(schnell.config().layout, FluxLayout::Bfl);
+    assert!(!schnell.config().guidance_embed);
+    let want = tensor(&refs(), "call_schnell");
+    let got = call(&schnell, &runner, 0.0);
+    assert_close("schnell (BFL names)", &got, &want, 1e-4);
+}
+
+fn pipeline() -> FluxPipeline {
+    let mut files = ComponentFiles::new("FLUX.1");
+    let open = |id, p: &Path| ComponentStore::open(id, p, false).unwrap();
+    files.insert(
+        ComponentId::Diffusion,
+        open(ComponentId::Diffusion, &dir().join("dev/transformer")),
+    );
+    files.insert(ComponentId::ClipL, open(ComponentId::ClipL, &clip_l()));
+    files.insert(ComponentId::T5, open(ComponentId::T5, &t5()));
+    files.insert(ComponentId::Vae, open(ComponentId::Vae, &dir().join("vae")));
+    let plan = BackendPlan::new(Default::default(), 2);
+    let tok = t5_tokenizer();
+    FluxPipeline::load(
+        &files,
+        &LoadContext {
+            backends: &plan,
+            memory: MemoryOptions::default(),
+            wtype: None,
+            flash_attn: false,
+            model_args: &ModelArgs::default(),
+            needs: Needs::default(),
+            t5_tokenizer: Some(&tok),
+            prediction: None,
+            clip_skip: None,
+            embd_dir: None,
+            lora: None,
+            taesd_preview_only: false,
+        },
+    )
+    .expect("FLUX pipeline loads")
+}
+
+#[test]
+fn conditioning_matches_diffusers() {
+    let pipe = pipeline();
+    let c = pipe.condition(PROMPT).unwrap();
+    let r = refs();
+    let want_t5 = tensor(&r, "t5");
+    assert_eq!(c.text.ne[1], 256, "T5 runs over 256 tokens");
+    assert_close("T5 states", &c.text, &want_t5, 1e-4);
+    let pooled = HostTensor::new([c.pooled.len(), 1, 1, 1], c.pooled.clone()).unwrap();
+    assert_close("pooled CLIP", &pooled, &tensor(&r, "pooled"), 1e-5);
+}
+
+/// `sd-cli` on a FLUX model given as `model_args`; returns the image.
+fn run(model_args: &[&str], extra: &[&str], out: &Path) -> sd_cli::image_io::Image {
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(model_args)
+        .args(["--clip_l", s(&clip_l()), "--t5xxl", s(&t5())])
+        .args(["--t5xxl-tokenizer", s(&t5_tokenizer())])
+        .args(["--vae", s(&dir().join("vae"))])
+        .args(["-p", PROMPT, "--cfg-scale", "1", "--steps", "4"])
+        .args([
+            "-W", "24", "-H", "16", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
+        .args(extra)
+        .args(["-o", s(out)])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "sd-cli {model_args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    read_png(out).unwrap()
+}
+
+fn check_image(what: &str, img: &sd_cli::image_io::Image, key: &str) {
+    let want = tensor(&refs(), key);
+    let p = psnr(&img.data, &image_bytes(&want));
+    eprintln!("{what}: PSNR {p:.1} dB vs FluxPipeline");
+    assert!(p >= 60.0, "{what}: PSNR {p:.1} dB");
+}
+
+#[test]
+fn dev_and_schnell_runs_match_flux_pipeline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = run(
+        &["--diffusion-model", s(&dir().join("dev/transformer"))],
+        &[],
+        &tmp.path().join("dev.png"),
+    );
+    check_image("dev (diffusers folder)", &dev, "dev_image");
+    let schnell = run(
+        &["--diffusion-model", s(&dir().join("schnell.safetensors"))],
+        &[],
+        &tmp.path().join("schnell.png"),
+    );
+    check_image("schnell (BFL single file)", &schnell, "schnell_image");
+}

@@ -1,0 +1,197 @@
+"""Golden fixtures for FLUX.1 (tests/flux_pipeline.rs).
+
+Run from the repository root (after sd_pipeline_fixtures.py and pixart_pipeline_fixtures.py, whose tiny
+CLIP-L and T5 encoders FLUX reuses):
+    python3 tests/reference/flux_fixtures.py
+
+Writes tests/fixtures/flux/:
+  dev/transformer/          a tiny FluxTransformer2DModel with guidance embedding (diffusers folder)
+  vae/                      a tiny 16-channel AutoencoderKL without quant convs (FLUX `ae` shape,
+                            scaling 0.3611, shift 0.1159)
+  schnell.safetensors       a second tiny transformer without guidance embedding, in BFL's single-file
+                            names (fused img_attn.qkv and single-block linear1, final_layer with
+                            (shift, scale) halves), as `flux1-schnell.safetensors` has them
+  reference.safetensors     prompt embeddings (T5 over 256 tokens, unmasked; pooled CLIP), one
+                            transformer call per model, and FluxPipeline images
+
+FluxPipeline runs under sd-cli's rules (REFERENCE-NOTES 29): T5 padded to 256 tokens
+(`max_sequence_length=256`), the `flux` schedule's mu from the latent pixel count (H/8)(W/8) instead of
+diffusers' packed token count (its `calculate_shift` is replaced for the run), guidance 3.5, euler.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+from diffusers.pipelines.flux import pipeline_flux
+from transformers import CLIPTextModel, T5EncoderModel, T5TokenizerFast
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sd_pipeline_fixtures as spf  # noqa: E402
+
+OUT = "tests/fixtures/flux"
+SD1 = "tests/fixtures/sd_pipeline/sd1"
+PIXART = "tests/fixtures/pixart_pipeline"
+T5_TOKENIZER = os.path.join(os.path.dirname(__file__), "../../../shared/tokenizers/t5-v1_1.tokenizer.json")
+PROMPT = "A lovely cat, holding a sign."
+SEED, W, H = 42, 24, 16
+AXES = (4, 6, 6)
+
+
+def transformer(seed, guidance):
+    torch.manual_seed(seed)
+    model = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=2, num_single_layers=2,
+                                   attention_head_dim=16, num_attention_heads=2, joint_attention_dim=16,
+                                   pooled_projection_dim=8, guidance_embeds=guidance, axes_dims_rope=AXES).eval()
+    spf.randomize(model, 0.1)
+    with torch.no_grad():
+        model.proj_out.weight.mul_(0.5)
+    return model
+
+
+def vae():
+    torch.manual_seed(21)
+    model = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                          up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(32, 32),
+                          layers_per_block=1, latent_channels=16, norm_num_groups=32, sample_size=32,
+                          scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False,
+                          use_post_quant_conv=False).eval()
+    spf.randomize(model, 0.1)
+    with torch.no_grad():
+        model.decoder.conv_out.weight.mul_(0.3)
+    return model
+
+
+def to_bfl(model):
+    """diffusers FluxTransformer2DModel state → BFL names (the inverse of diffusers' converter)."""
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out = {}
+
+    def mv(src, dst):
+        out[dst] = sd.pop(src)
+
+    for a, b in [("x_embedder", "img_in"), ("context_embedder", "txt_in"), ("proj_out", "final_layer.linear"),
+                 ("time_text_embed.timestep_embedder.linear_1", "time_in.in_layer"),
+                 ("time_text_embed.timestep_embedder.linear_2", "time_in.out_layer"),
+                 ("time_text_embed.text_embedder.linear_1", "vector_in.in_layer"),
+                 ("time_text_embed.text_embedder.linear_2", "vector_in.out_layer"),
+                 ("time_text_embed.guidance_embedder.linear_1", "guidance_in.in_layer"),
+                 ("time_text_embed.guidance_embedder.linear_2", "guidance_in.out_layer")]:
+        for s in ("weight", "bias"):
+            if f"{a}.{s}" in sd:
+                mv(f"{a}.{s}", f"{b}.{s}")
+    for s in ("weight", "bias"):
+        scale, shift = sd.pop(f"norm_out.linear.{s}").chunk(2, 0)
+        out[f"final_layer.adaLN_modulation.1.{s}"] = torch.cat([shift, scale], 0)
+    for i in range(len(model.transformer_blocks)):
+        p, q = f"transformer_blocks.{i}.", f"double_blocks.{i}."
+        for s in ("weight", "bias"):
+            mv(f"{p}norm1.linear.{s}", f"{q}img_mod.lin.{s}")
+            mv(f"{p}norm1_context.linear.{s}", f"{q}txt_mod.lin.{s}")
+            out[f"{q}img_attn.qkv.{s}"] = torch.cat([sd.pop(f"{p}attn.to_{x}.{s}") for x in "qkv"], 0)
+            out[f"{q}txt_attn.qkv.{s}"] = torch.cat([sd.pop(f"{p}attn.add_{x}_proj.{s}") for x in "qkv"], 0)
+            mv(f"{p}attn.to_out.0.{s}", f"{q}img_attn.proj.{s}")
+            mv(f"{p}attn.to_add_out.{s}", f"{q}txt_attn.proj.{s}")
+            mv(f"{p}ff.net.0.proj.{s}", f"{q}img_mlp.0.{s}")
+            mv(f"{p}ff.net.2.{s}", f"{q}img_mlp.2.{s}")
+            mv(f"{p}ff_context.net.0.proj.{s}", f"{q}txt_mlp.0.{s}")
+            mv(f"{p}ff_context.net.2.{s}", f"{q}txt_mlp.2.{s}")
+        mv(f"{p}attn.norm_q.weight", f"{q}img_attn.norm.query_norm.scale")
+        mv(f"{p}attn.norm_k.weight", f"{q}img_attn.norm.key_norm.scale")
+        mv(f"{p}attn.norm_added_q.weight", f"{q}txt_attn.norm.query_norm.scale")
+        mv(f"{p}attn.norm_added_k.weight", f"{q}txt_attn.norm.key_norm.scale")
+    for i in range(len(model.single_transformer_blocks)):
+        p, q = f"single_transformer_blocks.{i}.", f"single_blocks.{i}."
+        for s in ("weight", "bias"):
+            out[f"{q}linear1.{s}"] = torch.cat([sd.pop(f"{p}attn.to_{x}.{s}") for x in "qkv"]
+                                               + [sd.pop(f"{p}proj_mlp.{s}")], 0)
+            mv(f"{p}proj_out.{s}", f"{q}linear2.{s}")
+            mv(f"{p}norm.linear.{s}", f"{q}modulation.lin.{s}")
+        mv(f"{p}attn.norm_q.weight", f"{q}norm.query_norm.scale")
+        mv(f"{p}attn.norm_k.weight", f"{q}norm.key_norm.scale")
+    assert not sd, sorted(sd)
+    return {"model.diffusion_model." + k: v.contiguous() for k, v in out.items()}
+
+
+def sdcli_mu(seq_len):
+    return 0.5 + (seq_len - 256) * (1.15 - 0.5) / (4096 - 256)
+
+
+def run_pipeline(pipe, guidance):
+    captured = {}
+    orig = pipe.vae.decode
+
+    def hook(z, *a, **k):
+        captured["latent"] = z.detach().clone()
+        return orig(z, *a, **k)
+
+    pipe.vae.decode = hook
+    latent_pixels = (H // pipe.vae_scale_factor) * (W // pipe.vae_scale_factor)
+    saved = pipeline_flux.calculate_shift
+    pipeline_flux.calculate_shift = lambda *a, **k: sdcli_mu(latent_pixels)
+    try:
+        with torch.no_grad():
+            image = pipe(PROMPT, num_inference_steps=4, guidance_scale=guidance, height=H, width=W,
+                         max_sequence_length=256, generator=torch.Generator().manual_seed(SEED),
+                         output_type="np").images[0]
+    finally:
+        pipeline_flux.calculate_shift = saved
+        pipe.vae.decode = orig
+    return image, captured["latent"]
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    clip = CLIPTextModel.from_pretrained(f"{SD1}/text_encoder", torch_dtype=torch.float32).eval()
+    t5 = T5EncoderModel.from_pretrained(f"{PIXART}/text_encoder").eval()
+    t5_tok = T5TokenizerFast(tokenizer_file=T5_TOKENIZER)
+    clip_tok = spf.tokenizer("<|endoftext|>")
+    dev, schnell, ae = transformer(31, True), transformer(32, False), vae()
+    sched = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_image_seq_len=256,
+                                            max_image_seq_len=4096, base_shift=0.5, max_shift=1.15)
+    refs = {}
+    images = {}
+    for name, model, guidance in [("dev", dev, 3.5), ("schnell", schnell, 0.0)]:
+        pipe = FluxPipeline(scheduler=sched, vae=ae, text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
+                            tokenizer_2=t5_tok, transformer=model)
+        image, latent = run_pipeline(pipe, guidance)
+        images[name] = image
+        refs[f"{name}_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+        refs[f"{name}_latent"] = latent[0].contiguous()
+        print(name, "image", image.shape, float(image.min()), float(image.max()),
+              "saturated", float(((image <= 0) | (image >= 1)).mean()))
+        if name == "dev":
+            with torch.no_grad():
+                emb, pooled, _ = pipe.encode_prompt(PROMPT, None, max_sequence_length=256)
+            refs["t5"] = emb[0].contiguous()
+            refs["pooled"] = pooled[0].contiguous()
+
+    # One transformer call of each model on random inputs (positions as FluxPipeline builds them).
+    torch.manual_seed(77)
+    hl, wl = H // 2 // 2, W // 2 // 2
+    x = torch.randn(1, hl * wl, 64)
+    txt = torch.randn(1, 7, 16)
+    pooled = torch.randn(1, 8)
+    img_ids = FluxPipeline._prepare_latent_image_ids(1, hl, wl, "cpu", torch.float32)
+    txt_ids = torch.zeros(7, 3)
+    refs["call_x"], refs["call_txt"], refs["call_pooled"] = x[0], txt[0], pooled[0]
+    with torch.no_grad():
+        for name, model in [("dev", dev), ("schnell", schnell)]:
+            out = model(hidden_states=x, encoder_hidden_states=txt, pooled_projections=pooled,
+                        timestep=torch.tensor([0.7]), img_ids=img_ids, txt_ids=txt_ids,
+                        guidance=torch.tensor([3.5]) if model.config.guidance_embeds else None).sample
+            refs[f"call_{name}"] = out[0].contiguous()
+
+    dev.save_pretrained(f"{OUT}/dev/transformer", safe_serialization=True)
+    ae.save_pretrained(f"{OUT}/vae", safe_serialization=True)
+    save_file(to_bfl(schnell), f"{OUT}/schnell.safetensors")
+    save_file({k: v.float().contiguous() for k, v in refs.items()}, f"{OUT}/reference.safetensors")
+    with open(f"{OUT}/prompt.json", "w") as f:
+        json.dump({"prompt": PROMPT, "seed": SEED, "width": W, "height": H, "steps": 4, "axes": AXES}, f)
+
+
+if __name__ == "__main__":
+    main()
