@@ -204,3 +204,16 @@ fn dev_and_schnell_runs_match_flux_pipeline() {
     );
     check_image("schnell (BFL single file)", &schnell, "schnell_image");
 }
+
+/// FLUX.1 Kontext: `-r` reference latents after the target's tokens at rope index 1, against
+/// `FluxKontextPipeline` (guidance 2.5; the 32x16 reference keeps its size under both rules).
+#[test]
+fn kontext_reference_image_matches_flux_kontext_pipeline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = run(
+        &["--diffusion-model", s(&dir().join("dev/transformer"))],
+        &["-r", s(&dir().join("kontext_ref.png")), "--guidance", "2.5"],
+        &tmp.path().join("kontext.png"),
+    );
+    check_image("Kontext (-r)", &img, "kontext_image");
+}

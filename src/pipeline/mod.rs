@@ -26,7 +26,7 @@ pub mod vae;
 pub use components::{ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFiles};
 pub use family::{BatchInputs, Defaults, Family, Generator, ImageJob, LoadContext, SizeRule};
 pub use model_args::{CacheType, ModelArgs};
-pub use ref_args::RefImageArgs;
+pub use ref_args::{RefImageArgs, RefIndexMode};
 
 /// Checks that an image size is a non-zero multiple of the model's size `multiple`.
 pub(crate) fn check_size(width: usize, height: usize, multiple: usize) -> crate::error::Result<()> {

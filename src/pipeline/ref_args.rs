@@ -19,6 +19,20 @@ pub struct RefImageArgs {
     pub vae_input_max_pixels: Option<u64>,
     pub pass_to_vlm: bool,
     pub pass_to_dit: bool,
+    /// `ref_index_mode`: the first rope coordinate of reference images (FLUX Kontext).
+    pub ref_index_mode: RefIndexMode,
+}
+
+/// How reference images are numbered in the first rope axis (upstream's `RefIndexMode`).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, Default)]
+pub enum RefIndexMode {
+    /// Every reference at index 1, placed beside the previous ones (offset rows or columns).
+    #[default]
+    Fixed,
+    /// References at 1, 2, ... without offsets.
+    Increase,
+    /// References at 0, −1, ... without offsets.
+    Decrease,
 }
 
 impl Default for RefImageArgs {
@@ -28,6 +42,7 @@ impl Default for RefImageArgs {
             vae_input_max_pixels: None,
             pass_to_vlm: true,
             pass_to_dit: true,
+            ref_index_mode: RefIndexMode::Fixed,
         }
     }
 }
@@ -35,7 +50,6 @@ impl Default for RefImageArgs {
 /// Upstream keys accepted without an effect on the supported models.
 const NO_EFFECT: &[&str] = &[
     "preset",
-    "ref_index_mode",
     "vlm_resize_mode",
     "vlm_min_size",
     "vlm_max_size",
@@ -67,6 +81,12 @@ impl RefImageArgs {
                             None => warnings.push(bad("expected true or false")),
                         }
                     }
+                    "ref_index_mode" => match value.as_str() {
+                        "fixed" => self.ref_index_mode = RefIndexMode::Fixed,
+                        "increase" => self.ref_index_mode = RefIndexMode::Increase,
+                        "decrease" => self.ref_index_mode = RefIndexMode::Decrease,
+                        _ => warnings.push(bad("expected fixed, increase or decrease")),
+                    },
                     "vae_input_max_pixels" => match value.parse::<u64>() {
                         Ok(0) => self.vae_input_max_pixels = None,
                         Ok(n) => self.vae_input_max_pixels = Some(n),

@@ -25,8 +25,10 @@ import sys
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-from diffusers.pipelines.flux import pipeline_flux
+from PIL import Image
+from diffusers import (AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxKontextPipeline, FluxPipeline,
+                       FluxTransformer2DModel)
+from diffusers.pipelines.flux import pipeline_flux, pipeline_flux_kontext
 from transformers import CLIPTextModel, T5EncoderModel, T5TokenizerFast
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -120,7 +122,17 @@ def sdcli_mu(seq_len):
     return 0.5 + (seq_len - 256) * (1.15 - 0.5) / (4096 - 256)
 
 
-def run_pipeline(pipe, guidance):
+def reference_image():
+    """A 32x16 picture for Kontext (-r): upstream's resize rule keeps its size for a 24x16 output
+    (area 384 at aspect 2 rounds to 32x16), and diffusers' to the multiple of 4."""
+    yy, xx = np.mgrid[0:16, 0:32].astype(np.float32)
+    rgb = np.stack([0.5 + 0.45 * np.sin(xx / 5.0), 0.5 + 0.45 * np.cos(yy / 2.5), 1 - (xx + yy) / 48], -1)
+    px = (rgb.clip(0, 1) * 255).round().astype(np.uint8)
+    Image.fromarray(px, "RGB").save(f"{OUT}/kontext_ref.png")
+    return Image.fromarray(px, "RGB")
+
+
+def run_pipeline(pipe, guidance, **extra):
     captured = {}
     orig = pipe.vae.decode
 
@@ -130,15 +142,16 @@ def run_pipeline(pipe, guidance):
 
     pipe.vae.decode = hook
     latent_pixels = (H // pipe.vae_scale_factor) * (W // pipe.vae_scale_factor)
-    saved = pipeline_flux.calculate_shift
+    saved = pipeline_flux.calculate_shift, pipeline_flux_kontext.calculate_shift
     pipeline_flux.calculate_shift = lambda *a, **k: sdcli_mu(latent_pixels)
+    pipeline_flux_kontext.calculate_shift = pipeline_flux.calculate_shift
     try:
         with torch.no_grad():
-            image = pipe(PROMPT, num_inference_steps=4, guidance_scale=guidance, height=H, width=W,
+            image = pipe(prompt=PROMPT, num_inference_steps=4, guidance_scale=guidance, height=H, width=W,
                          max_sequence_length=256, generator=torch.Generator().manual_seed(SEED),
-                         output_type="np").images[0]
+                         output_type="np", **extra).images[0]
     finally:
-        pipeline_flux.calculate_shift = saved
+        pipeline_flux.calculate_shift, pipeline_flux_kontext.calculate_shift = saved
         pipe.vae.decode = orig
     return image, captured["latent"]
 
@@ -168,6 +181,14 @@ def main():
                 emb, pooled, _ = pipe.encode_prompt(PROMPT, None, max_sequence_length=256)
             refs["t5"] = emb[0].contiguous()
             refs["pooled"] = pooled[0].contiguous()
+
+    # Kontext: the dev model with a reference image (index 1 positions, tokens after the target's).
+    os.makedirs(OUT, exist_ok=True)
+    pipe = FluxKontextPipeline(scheduler=sched, vae=ae, text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
+                               tokenizer_2=t5_tok, transformer=dev)
+    image, _ = run_pipeline(pipe, 2.5, image=reference_image(), _auto_resize=False, max_area=W * H)
+    refs["kontext_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+    print("kontext image", image.shape, float(image.min()), float(image.max()))
 
     # One transformer call of each model on random inputs (positions as FluxPipeline builds them).
     torch.manual_seed(77)

@@ -4,7 +4,9 @@ use std::time::Instant;
 
 use super::{flow_shift, CLIP_L, DIFFUSION, T5, T5_CHUNK, VAE, VAE_SCALE, VAE_SHIFT};
 use crate::error::{Error, Result};
-use crate::models::dit::flux::{packing, Flux, FluxConfig, FluxInputs};
+use crate::image_io::Image;
+use crate::models::dit::flux::packing::{self, RefIndex};
+use crate::models::dit::flux::{Flux, FluxConfig, FluxInputs};
 use crate::models::te::clip::{self, ClipActivation, ClipOutputs, ClipTextModel, PooledOutput};
 use crate::models::te::t5::T5Encoder;
 use crate::models::vae::tiling::TileSettings;
@@ -13,11 +15,13 @@ use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Pre
 use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::PreviewRequest;
+use crate::pipeline::resample::{resize, Resample};
 use crate::pipeline::text::{
     encode_t5_chunks, load_clip, load_t5, load_t5_tokenizer, t5_weighted_chunks,
 };
 use crate::pipeline::vae::{load_autoencoder_kl, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
+use crate::pipeline::{RefImageArgs, RefIndexMode};
 use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::runner::{Loaded, Runner, StoreSource};
@@ -41,7 +45,10 @@ pub struct FluxPipeline {
     vae: VaeStage,
     schedule: ModelSchedule,
     prediction: Prediction,
-    batch: Option<Prepared>,
+    /// `--ref-image-args ref_index_mode` of the batch.
+    ref_index: RefIndex,
+    /// The batch's size, init latent, mask and Kontext reference latents.
+    batch: Option<Prepared<Vec<HostTensor>>>,
 }
 
 /// One image request.
@@ -60,6 +67,9 @@ pub struct FluxRequest<'a> {
     pub preview: Option<PreviewRequest<'a>>,
     /// `--mask`: the latent mask each step's denoised estimate is blended with.
     pub mask: Option<&'a HostTensor>,
+    /// Kontext: reference latents (sampler space) and how they are numbered.
+    pub refs: &'a [HostTensor],
+    pub ref_index: RefIndex,
 }
 
 impl FluxPipeline {
@@ -158,6 +168,7 @@ impl FluxPipeline {
             prediction: ctx.prediction.unwrap_or(Prediction::FluxFlow),
             dit,
             vae,
+            ref_index: RefIndex::Fixed,
             batch: None,
         })
     }
@@ -214,14 +225,18 @@ impl FluxPipeline {
         &self,
         x: &[f32],
         lat: (usize, usize, usize),
+        refs: &RefTokens,
         cond: &FluxCondition,
         sigma: f32,
         guidance: f32,
     ) -> Result<Vec<f32>> {
         let (w, h, ch) = lat;
         let latent = HostTensor::image(w, h, ch, x.to_vec())?;
-        let tokens = packing::pack(&latent);
-        let pos = packing::positions(w, h, 0.0, (0.0, 0.0));
+        let mut tokens = packing::pack(&latent);
+        let mut pos = packing::positions(w, h, 0.0, (0.0, 0.0));
+        let targets = pos.len();
+        tokens.extend_from_slice(&refs.tokens);
+        pos.extend_from_slice(&refs.positions);
         let n = pos.len();
         let c = self.config();
         let model = &self.dit.model;
@@ -230,7 +245,7 @@ impl FluxPipeline {
             let inputs = FluxInputs {
                 img: g.input_f32("flux.img", [c.in_channels, n, 1, 1], tokens.clone()),
                 img_pos: &pos,
-                targets: n,
+                targets,
                 txt: g.input_f32("flux.txt", cond.text.ne, cond.text.data.clone()),
                 pooled: g.input_f32("flux.pooled", [c.pooled_dim, 1, 1, 1], cond.pooled.clone()),
                 timesteps: &[sigma],
@@ -252,6 +267,48 @@ impl FluxPipeline {
             .next()
             .ok_or_else(|| Error::Unsupported("the FLUX transformer returned nothing".into()))?;
         Ok(packing::unpack(&v.data, w, h, ch).data)
+    }
+
+    /// Kontext: the references' tokens and positions, appended after the target's.
+    fn ref_tokens(&self, refs: &[HostTensor], mode: RefIndex) -> RefTokens {
+        let sizes: Vec<(usize, usize)> = refs.iter().map(|r| (r.width(), r.height())).collect();
+        RefTokens {
+            tokens: refs.iter().flat_map(packing::pack).collect(),
+            positions: packing::ref_positions(&sizes, mode),
+        }
+    }
+
+    /// A Kontext reference as upstream prepares it: resized (nearest) to about the output's
+    /// area at its own aspect ratio, sides rounded to 16 pixels (`resize_before_vae`, the
+    /// default), and encoded.
+    fn encode_reference(
+        &self,
+        img: &Image,
+        out_area: u64,
+        args: &RefImageArgs,
+        tiling: Option<&TileSettings>,
+    ) -> Result<HostTensor> {
+        let (rw, rh) = (img.width as u64, img.height as u64);
+        let x = HostTensor::from_u8_interleaved(
+            rw as usize,
+            rh as usize,
+            img.channels.count(),
+            3,
+            &img.data,
+        );
+        let m = self.size_multiple();
+        let (w, h) = if args.resize_before_vae {
+            let area = args.target_area(out_area).min(1024 * 1024);
+            let vw = ((area * rw / rh) as f64).sqrt();
+            let vh = vw * rh as f64 / rw as f64;
+            let round = |v: f64| ((v / REF_MULTIPLE).round() * REF_MULTIPLE) as usize;
+            (round(vw).max(m), round(vh).max(m))
+        } else {
+            ((rw as usize / m).max(1) * m, (rh as usize / m).max(1) * m)
+        };
+        let x = resize(&x, w, h, Resample::Nearest);
+        log::debug!("flux: reference {rw}x{rh} -> {w}x{h}");
+        self.vae.encode_unit(&x, tiling, "reference image")
     }
 
     /// Conditioning and sampling; returns the final sampler latent [w, h, C].
@@ -276,6 +333,7 @@ impl FluxPipeline {
             cond: &cond,
             uncond: uncond.as_ref(),
             lat: (lw, lh, lc),
+            refs: self.ref_tokens(req.refs, req.ref_index),
         };
         let job = SampleJob {
             plan: &plan,
@@ -312,6 +370,16 @@ impl FluxPipeline {
     }
 }
 
+/// Reference tokens [64 · n] and their positions.
+#[derive(Default)]
+struct RefTokens {
+    tokens: Vec<f32>,
+    positions: Vec<[f32; 3]>,
+}
+
+/// Upstream rounds FLUX reference sizes to 16 pixels.
+const REF_MULTIPLE: f64 = 16.0;
+
 /// The transformer as the guided denoiser's model (cond and uncond as separate calls: their
 /// T5 lengths may differ).
 struct FluxModel<'a> {
@@ -319,13 +387,21 @@ struct FluxModel<'a> {
     cond: &'a FluxCondition,
     uncond: Option<&'a FluxCondition>,
     lat: (usize, usize, usize),
+    refs: RefTokens,
 }
 
 impl GuidedModel for FluxModel<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
         let run = |c: &FluxCondition| {
             self.pipe
-                .velocity(call.x, self.lat, c, call.sigma, call.distilled_guidance)
+                .velocity(
+                    call.x,
+                    self.lat,
+                    &self.refs,
+                    c,
+                    call.sigma,
+                    call.distilled_guidance,
+                )
                 .map_err(|e| format!("{e:#}"))
         };
         let cond = run(self.cond)?;
@@ -356,13 +432,17 @@ impl Generator for FluxPipeline {
     }
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
-        if !batch.refs.is_empty() {
-            return Err(Error::Unsupported(
-                "FLUX.1 dev/schnell do not take reference images (-r); Kontext is not supported yet"
-                    .into(),
-            ));
-        }
         let (w, h) = (batch.width, batch.height);
+        let refs = batch
+            .refs
+            .iter()
+            .map(|r| self.encode_reference(r, (w * h) as u64, batch.ref_args, batch.tiling))
+            .collect::<Result<Vec<_>>>()?;
+        self.ref_index = match batch.ref_args.ref_index_mode {
+            RefIndexMode::Fixed => RefIndex::Fixed,
+            RefIndexMode::Increase => RefIndex::Increase,
+            RefIndexMode::Decrease => RefIndex::Decrease,
+        };
         let init = batch
             .init
             .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
@@ -373,7 +453,7 @@ impl Generator for FluxPipeline {
             height: h,
             init,
             mask: batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor)),
-            extra: (),
+            extra: refs,
         });
         Ok(())
     }
@@ -393,6 +473,8 @@ impl Generator for FluxPipeline {
             init: batch.init.as_ref().map(|z| (z, job.strength)),
             preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
             mask: batch.denoise_mask(),
+            refs: &batch.extra,
+            ref_index: self.ref_index,
         })?;
         let x = match hires {
             Some(h) => second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
@@ -408,6 +490,8 @@ impl Generator for FluxPipeline {
                     init: Some((p.init, p.strength)),
                     preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
                     mask: p.mask,
+                    refs: &batch.extra,
+                    ref_index: self.ref_index,
                 })
             })?,
             None => x,

@@ -52,6 +52,41 @@ pub fn positions(w: usize, h: usize, index: f32, offset: (f32, f32)) -> Vec<[f32
     out
 }
 
+/// How reference images are numbered in the first rope axis (upstream's `RefIndexMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefIndex {
+    /// Index 1 for all, each placed beside the previous (row or column offset, in latent
+    /// pixels as upstream counts them).
+    Fixed,
+    /// 1, 2, ...
+    Increase,
+    /// 0, −1, ...
+    Decrease,
+}
+
+/// Positions of Kontext reference latents of sizes `sizes` (w, h), in order.
+pub fn ref_positions(sizes: &[(usize, usize)], mode: RefIndex) -> Vec<[f32; 3]> {
+    let (mut curr_h, mut curr_w) = (0usize, 0usize);
+    let mut index = 1i64;
+    let mut out = Vec::new();
+    for &(w, h) in sizes {
+        let (mut h_off, mut w_off) = (0, 0);
+        match mode {
+            RefIndex::Fixed if h + curr_h > w + curr_w => w_off = curr_w,
+            RefIndex::Fixed => h_off = curr_h,
+            RefIndex::Decrease => index -= 1,
+            RefIndex::Increase => {}
+        }
+        out.extend(positions(w, h, index as f32, (h_off as f32, w_off as f32)));
+        if mode == RefIndex::Increase {
+            index += 1;
+        }
+        curr_h = curr_h.max(h + h_off);
+        curr_w = curr_w.max(w + w_off);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +101,18 @@ mod tests {
         assert_eq!(tokens[12 + 2 * 4 + 2], latent.at(2, 1, 2));
         assert_eq!(unpack(&tokens, w, h, c), latent);
         assert_eq!(positions(4, 4, 1.0, (0.0, 0.0))[3], [1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn fixed_references_sit_beside_each_other() {
+        // Two 4x4 latents (2x2 tokens): the second goes below (h + 0 > w + 0 is false → row
+        // offset 4, in latent pixels as upstream counts).
+        let p = ref_positions(&[(4, 4), (4, 4)], RefIndex::Fixed);
+        assert_eq!(p[0], [1.0, 0.0, 0.0]);
+        assert_eq!(p[4], [1.0, 4.0, 0.0]);
+        let inc = ref_positions(&[(2, 2), (2, 2)], RefIndex::Increase);
+        assert_eq!((inc[0][0], inc[1][0]), (1.0, 2.0));
+        let dec = ref_positions(&[(2, 2), (2, 2)], RefIndex::Decrease);
+        assert_eq!((dec[0][0], dec[1][0]), (0.0, -1.0));
     }
 }
