@@ -132,6 +132,52 @@ def reference_image():
     return Image.fromarray(px, "RGB")
 
 
+def fill_reference(model, pipe, ae):
+    """FLUX Fill under sd-cli's rules, as a loop over diffusers' transformer and VAE: the masked
+    image (repainted pixels grey) encoded, each latent pixel's f x f mask pixels as channels (dx + f*dy),
+    strength 1 (pure noise at sigma 1), and every denoised estimate blended with the init latent outside
+    the mask widened by one latent pixel (diffusers' FluxFillPipeline does not blend)."""
+    f = pipe.vae_scale_factor
+    lh, lw = H // f, W // f
+    yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
+    rgb = np.stack([0.5 + 0.4 * np.cos(xx / 3.0), 0.5 + 0.4 * np.sin(yy / 4.0), (W - xx + yy) / (W + H)], -1)
+    px = (rgb.clip(0, 1) * 255).round().astype(np.uint8)
+    Image.fromarray(px, "RGB").save(f"{OUT}/fill_init.png")
+    m = np.zeros((H, W), np.uint8)
+    m[2:11, 7:19] = 255
+    m[14, 3] = 150
+    Image.fromarray(m, "L").save(f"{OUT}/fill_mask.png")
+    x = torch.from_numpy(px.astype(np.float32) / 255).permute(2, 0, 1)[None]
+    mask = torch.from_numpy((m.astype(np.float32) / 255).round())[None, None]
+    sc, sh = ae.config.scaling_factor, ae.config.shift_factor
+    with torch.no_grad():
+        enc = lambda im: (ae.encode(im * 2 - 1).latent_dist.mean - sh) * sc  # noqa: E731
+        init = enc(x)
+        masked = enc((1 - mask) * (x - 0.5) + 0.5)
+        mask_ch = mask[:, 0].view(1, lh, f, lw, f).permute(0, 2, 4, 1, 3).reshape(1, f * f, lh, lw)
+        fill = torch.cat([masked, mask_ch], 1)
+        dilated = torch.nn.functional.max_pool2d(torch.nn.functional.max_pool2d(mask, f), 3, stride=1, padding=1)
+        emb, pooled, txt_ids = pipe.encode_prompt(PROMPT, None, max_sequence_length=256)
+        pack = lambda t: FluxPipeline._pack_latents(t, 1, t.shape[1], lh, lw)  # noqa: E731
+        img_ids = FluxPipeline._prepare_latent_image_ids(1, lh // 2, lw // 2, "cpu", torch.float32)
+        n = 4
+        mu = sdcli_mu(lh * lw)
+        base = np.linspace(1.0, 1 / n, n)
+        sig = [float(np.exp(mu) / (np.exp(mu) + (1 / s - 1))) for s in base] + [0.0]
+        lat = torch.randn(1, 16, lh, lw, generator=torch.Generator().manual_seed(SEED))
+        for i in range(n):
+            s0, s1 = sig[i], sig[i + 1]
+            v = model(hidden_states=torch.cat([pack(lat), pack(fill)], 2), encoder_hidden_states=emb,
+                      pooled_projections=pooled, timestep=torch.tensor([s0]), img_ids=img_ids, txt_ids=txt_ids,
+                      guidance=torch.tensor([3.5])).sample
+            v = FluxPipeline._unpack_latents(v, H, W, f)
+            den = lat - s0 * v
+            den = den * dilated + init * (1 - dilated)
+            lat = lat + (s1 - s0) * (lat - den) / s0
+        image = (ae.decode(lat / sc + sh).sample / 2 + 0.5).clamp(0, 1)
+    return image[0]
+
+
 def run_pipeline(pipe, guidance, **extra):
     captured = {}
     orig = pipe.vae.decode
@@ -189,6 +235,20 @@ def main():
     image, _ = run_pipeline(pipe, 2.5, image=reference_image(), _auto_resize=False, max_area=W * H)
     refs["kontext_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
     print("kontext image", image.shape, float(image.min()), float(image.max()))
+
+    # FLUX Fill: a third tiny transformer taking [latent, masked latent, mask] per token.
+    torch.manual_seed(33)
+    fill_model = FluxTransformer2DModel(patch_size=1, in_channels=64 + 64 + 4 * 4, out_channels=64, num_layers=2,
+                                        num_single_layers=2, attention_head_dim=16, num_attention_heads=2,
+                                        joint_attention_dim=16, pooled_projection_dim=8, guidance_embeds=True,
+                                        axes_dims_rope=AXES).eval()
+    spf.randomize(fill_model, 0.1)
+    with torch.no_grad():
+        fill_model.proj_out.weight.mul_(0.5)
+    pipe = FluxPipeline(scheduler=sched, vae=ae, text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
+                        tokenizer_2=t5_tok, transformer=fill_model)
+    refs["fill_image"] = fill_reference(fill_model, pipe, ae).contiguous()
+    fill_model.save_pretrained(f"{OUT}/fill/transformer", safe_serialization=True)
 
     # One transformer call of each model on random inputs (positions as FluxPipeline builds them).
     torch.manual_seed(77)

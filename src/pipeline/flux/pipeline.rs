@@ -47,8 +47,10 @@ pub struct FluxPipeline {
     prediction: Prediction,
     /// `--ref-image-args ref_index_mode` of the batch.
     ref_index: RefIndex,
-    /// The batch's size, init latent, mask and Kontext reference latents.
-    batch: Option<Prepared<Vec<HostTensor>>>,
+    /// FLUX Fill (inpainting) model.
+    fill: bool,
+    /// The batch's size, init latent, mask, Kontext reference latents and Fill channels.
+    batch: Option<Prepared<(Vec<HostTensor>, Option<HostTensor>)>>,
 }
 
 /// One image request.
@@ -70,6 +72,8 @@ pub struct FluxRequest<'a> {
     /// Kontext: reference latents (sampler space) and how they are numbered.
     pub refs: &'a [HostTensor],
     pub ref_index: RefIndex,
+    /// FLUX Fill: the masked-image latent and mask channels ([`FluxPipeline::prepare`]).
+    pub fill: Option<&'a HostTensor>,
 }
 
 impl FluxPipeline {
@@ -154,10 +158,24 @@ impl FluxPipeline {
                 )));
             }
         }
-        if c.in_channels % 4 != 0 {
+        // Latent channels from the output; FLUX Fill's input adds the masked image's latent
+        // and the f × f pixel mask of each latent pixel, per 2×2 patch.
+        let f = vae.scale_factor();
+        let packed = c.out_channels;
+        let fill = match c.in_channels {
+            n if n == packed => false,
+            n if n == 2 * packed + 4 * f * f => true,
+            n => {
+                return Err(Error::Unsupported(format!(
+                    "a FLUX transformer with {n} input channels per token: neither plain \
+                     ({packed}) nor FLUX Fill ({} with this VAE)",
+                    2 * packed + 4 * f * f
+                )))
+            }
+        };
+        if packed % 4 != 0 {
             return Err(Error::Unsupported(format!(
-                "the FLUX transformer takes {} channels per token, not 2x2 patches",
-                c.in_channels
+                "the FLUX transformer gives {packed} channels per token, not 2x2 patches"
             )));
         }
         let shift = flow_shift(c);
@@ -169,6 +187,7 @@ impl FluxPipeline {
             dit,
             vae,
             ref_index: RefIndex::Fixed,
+            fill,
             batch: None,
         })
     }
@@ -177,9 +196,46 @@ impl FluxPipeline {
         self.dit.model.config()
     }
 
-    /// Latent channels (packed channels / 4).
+    /// Latent channels (packed output channels / 4).
     fn latent_channels(&self) -> usize {
-        self.config().in_channels / 4
+        self.config().out_channels / 4
+    }
+
+    /// Whether this is FLUX Fill (inpainting: masked-image latent and mask channels in).
+    pub fn is_fill(&self) -> bool {
+        self.fill
+    }
+
+    /// FLUX Fill's extra input [w, h, C + f²]: the latent of the init image with the
+    /// repainted pixels grey (zeros without one), then each latent pixel's f × f mask pixels
+    /// (channel dx + f·dy).
+    fn fill_channels(
+        &self,
+        mask: &InpaintMask,
+        init: Option<&HostTensor>,
+        tiling: Option<&TileSettings>,
+    ) -> Result<HostTensor> {
+        let f = self.vae.scale_factor();
+        let (lw, lh) = (mask.latent.width(), mask.latent.height());
+        let lc = self.latent_channels();
+        let masked = match init {
+            Some(x) => self
+                .vae
+                .encode_unit(&mask.masked_image(x), tiling, "masked image")?,
+            None => HostTensor::zeros([lw, lh, lc, 1]),
+        };
+        let pw = mask.pixels.width();
+        let mut data = masked.data;
+        for dy in 0..f {
+            for dx in 0..f {
+                for y in 0..lh {
+                    for x in 0..lw {
+                        data.push(mask.pixels.data[(y * f + dy) * pw + x * f + dx]);
+                    }
+                }
+            }
+        }
+        Ok(HostTensor::image(lw, lh, lc + f * f, data)?)
     }
 
     /// VAE factor × 2 (the 2×2 patches).
@@ -233,6 +289,15 @@ impl FluxPipeline {
         let (w, h, ch) = lat;
         let latent = HostTensor::image(w, h, ch, x.to_vec())?;
         let mut tokens = packing::pack(&latent);
+        if let Some(extra) = &refs.fill {
+            // Fill: each token's features are [latent, masked latent, mask].
+            let (a, b) = (4 * ch, extra.len() / (tokens.len() / (4 * ch)).max(1));
+            tokens = tokens
+                .chunks_exact(a)
+                .zip(extra.chunks_exact(b))
+                .flat_map(|(t, e)| t.iter().chain(e).copied())
+                .collect();
+        }
         let mut pos = packing::positions(w, h, 0.0, (0.0, 0.0));
         let targets = pos.len();
         tokens.extend_from_slice(&refs.tokens);
@@ -270,11 +335,12 @@ impl FluxPipeline {
     }
 
     /// Kontext: the references' tokens and positions, appended after the target's.
-    fn ref_tokens(&self, refs: &[HostTensor], mode: RefIndex) -> RefTokens {
+    fn ref_tokens(&self, refs: &[HostTensor], mode: RefIndex, fill: Option<&HostTensor>) -> RefTokens {
         let sizes: Vec<(usize, usize)> = refs.iter().map(|r| (r.width(), r.height())).collect();
         RefTokens {
             tokens: refs.iter().flat_map(packing::pack).collect(),
             positions: packing::ref_positions(&sizes, mode),
+            fill: fill.map(packing::pack),
         }
     }
 
@@ -314,6 +380,17 @@ impl FluxPipeline {
     /// Conditioning and sampling; returns the final sampler latent [w, h, C].
     pub fn sample(&self, req: FluxRequest<'_>) -> Result<HostTensor> {
         crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
+        let f = self.vae.scale_factor();
+        if self.fill {
+            let want = [req.width / f, req.height / f, self.latent_channels() + f * f, 1];
+            if req.fill.map(|t| t.ne) != Some(want) || !req.refs.is_empty() {
+                return Err(Error::Unsupported(
+                    "FLUX Fill needs its mask channels at the output size and takes no -r \
+                     references"
+                        .into(),
+                ));
+            }
+        }
         let t0 = Instant::now();
         let cond = self.condition(req.prompt)?;
         let uncond = if req.guidance.needs_uncond() {
@@ -322,7 +399,6 @@ impl FluxPipeline {
             None
         };
         let condition_secs = t0.elapsed().as_secs_f64();
-        let f = self.vae.scale_factor();
         let (lw, lh, lc) = (req.width / f, req.height / f, self.latent_channels());
         // sd-cli's `flux` schedule reads the latent pixel count (not the packed tokens).
         let mut plan = req.plan.clone();
@@ -333,7 +409,7 @@ impl FluxPipeline {
             cond: &cond,
             uncond: uncond.as_ref(),
             lat: (lw, lh, lc),
-            refs: self.ref_tokens(req.refs, req.ref_index),
+            refs: self.ref_tokens(req.refs, req.ref_index, req.fill),
         };
         let job = SampleJob {
             plan: &plan,
@@ -370,11 +446,12 @@ impl FluxPipeline {
     }
 }
 
-/// Reference tokens [64 · n] and their positions.
+/// Reference tokens [64 · n] and their positions; FLUX Fill's packed extra features.
 #[derive(Default)]
 struct RefTokens {
     tokens: Vec<f32>,
     positions: Vec<[f32; 3]>,
+    fill: Option<Vec<f32>>,
 }
 
 /// Upstream rounds FLUX reference sizes to 16 pixels.
@@ -433,6 +510,13 @@ impl Generator for FluxPipeline {
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
         let (w, h) = (batch.width, batch.height);
+        if self.fill && batch.hires {
+            return Err(Error::Unsupported(
+                "--hires does not work with FLUX Fill (its mask channels are at the first \
+                 pass's size)"
+                    .into(),
+            ));
+        }
         let refs = batch
             .refs
             .iter()
@@ -443,17 +527,32 @@ impl Generator for FluxPipeline {
             RefIndexMode::Increase => RefIndex::Increase,
             RefIndexMode::Decrease => RefIndex::Decrease,
         };
-        let init = batch
-            .init
-            .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
-            .transpose()?;
         let factor = self.vae.scale_factor();
+        let init_pixels = batch.init.map(|img| self.vae.init_pixels(img, w, h));
+        let init = init_pixels
+            .as_ref()
+            .map(|x| self.vae.encode_unit(x, batch.tiling, "init image"))
+            .transpose()?;
+        let mask = batch
+            .mask
+            .map(|m| InpaintMask::from_image(m, w, h, factor));
+        let fill = if self.fill {
+            if init.is_none() || mask.is_none() {
+                log::warn!("FLUX Fill wants both --init-img and --mask");
+            }
+            let full = mask
+                .clone()
+                .unwrap_or_else(|| InpaintMask::full(w, h, factor));
+            Some(self.fill_channels(&full, init_pixels.as_ref(), batch.tiling)?)
+        } else {
+            None
+        };
         self.batch = Some(Prepared {
             width: w,
             height: h,
             init,
-            mask: batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor)),
-            extra: refs,
+            mask,
+            extra: (refs, fill),
         });
         Ok(())
     }
@@ -461,6 +560,11 @@ impl Generator for FluxPipeline {
     fn generate(&mut self, mut job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
         let hires = job.hires.take();
+        // Fill blends with the mask widened by a latent pixel (upstream's inpainting rule).
+        let dilated = match (&batch.mask, self.fill) {
+            (Some(m), true) => Some(m.dilated_latent()),
+            _ => None,
+        };
         let x = self.sample(FluxRequest {
             prompt: job.prompt,
             negative_prompt: job.negative_prompt,
@@ -472,9 +576,10 @@ impl Generator for FluxPipeline {
             sampler_rng: job.sampler_rng,
             init: batch.init.as_ref().map(|z| (z, job.strength)),
             preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
-            mask: batch.denoise_mask(),
-            refs: &batch.extra,
+            mask: dilated.as_ref().or(batch.denoise_mask()),
+            refs: &batch.extra.0,
             ref_index: self.ref_index,
+            fill: batch.extra.1.as_ref(),
         })?;
         let x = match hires {
             Some(h) => second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
@@ -490,8 +595,9 @@ impl Generator for FluxPipeline {
                     init: Some((p.init, p.strength)),
                     preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
                     mask: p.mask,
-                    refs: &batch.extra,
+                    refs: &batch.extra.0,
                     ref_index: self.ref_index,
+                    fill: None,
                 })
             })?,
             None => x,
