@@ -237,3 +237,15 @@ fn fill_inpainting_matches_the_reference_loop() {
     );
     check_image("FLUX Fill", &img, "fill_image");
 }
+
+/// TAEF1 (`--taesd`, a 16-channel tiny autoencoder) decodes instead of the `ae`.
+#[test]
+fn taef1_decodes_instead_of_the_vae() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = run(
+        &["--diffusion-model", s(&dir().join("dev/transformer"))],
+        &["--taesd", s(&dir().join("taef1"))],
+        &tmp.path().join("taef1.png"),
+    );
+    check_image("TAEF1", &img, "taef1_image");
+}

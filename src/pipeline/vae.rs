@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::image_io::{resize_bilinear, Image};
 use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::qwen_image_2_1_vae::LatentStats;
+use crate::models::vae::taesd::Taesd;
 use crate::models::vae::tiling::{
     decode_with_retry, plan_tiles, tiled_decode, tiled_encode, TileSettings,
 };
@@ -15,7 +16,7 @@ use crate::models::vae::Vae;
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, RunnerError, StoreSource};
 
-use super::components::{ComponentId, ComponentStore};
+use super::components::{ComponentFiles, ComponentId, ComponentStore};
 use super::family::LoadContext;
 use crate::tensor::HostTensor;
 
@@ -75,6 +76,27 @@ pub fn load_autoencoder_kl(
         config.encoder = need_encoder;
         Ok(AutoencoderKl::new(wb, config)?)
     })
+}
+
+/// TAESD / TAESDXL / TAEF1 (`--taesd`), when its file was given: it reads the sampler's
+/// latents as they are (their channel count comes from the weights).
+pub fn load_taesd(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Option<VaeStage>> {
+    let Some(tae) = files.get(ComponentId::Taesd).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let need_encoder = ctx.needs.encoder;
+    let src = StoreSource::new(&tae.store, ComponentId::Taesd.prefix());
+    let opts = ctx.load_options(ComponentId::Taesd, false)?;
+    let tae = Runner::load("taesd", &src, opts, |wb| -> Result<Taesd> {
+        Ok(Taesd::new(wb, need_encoder)?)
+    })?;
+    Ok(Some(VaeStage::new(
+        tae,
+        LatentNorm::Scale {
+            scale: 1.0,
+            shift: 0.0,
+        },
+    )))
 }
 
 /// A loaded VAE and its latent normalisation.

@@ -236,6 +236,23 @@ def main():
     refs["kontext_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
     print("kontext image", image.shape, float(image.min()), float(image.max()))
 
+    # TAEF1 (--taesd): a tiny 16-channel AutoencoderTiny decoding the sampler latent as it is
+    # (FluxPipeline divides by its scaling factor 1 and adds its shift 0).
+    torch.manual_seed(34)
+    from diffusers import AutoencoderTiny
+    tae = AutoencoderTiny(in_channels=3, out_channels=3, encoder_block_out_channels=(32, 32),
+                          decoder_block_out_channels=(32, 32), num_encoder_blocks=(1, 2), num_decoder_blocks=(2, 1),
+                          latent_channels=16, upsampling_scaling_factor=2).eval()
+    spf.randomize(tae, 0.1)
+    with torch.no_grad():
+        tae.decoder.layers[-1].weight.mul_(0.05)
+        tae.decoder.layers[-1].bias.fill_(0.5)
+    pipe = FluxPipeline(scheduler=sched, vae=tae, text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
+                        tokenizer_2=t5_tok, transformer=dev)
+    image, _ = run_pipeline(pipe, 3.5)
+    refs["taef1_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+    tae.save_pretrained(f"{OUT}/taef1", safe_serialization=True)
+
     # FLUX Fill: a third tiny transformer taking [latent, masked latent, mask] per token.
     torch.manual_seed(33)
     fill_model = FluxTransformer2DModel(patch_size=1, in_channels=64 + 64 + 4 * 4, out_channels=64, num_layers=2,

@@ -47,7 +47,11 @@ pub(crate) const T5: ComponentSpec = ComponentSpec {
     required: Required::Optional,
     metadata: Some(MetaSlot::TextEncoder),
 };
-pub(crate) const VAE: ComponentSpec = ComponentSpec::vae();
+/// The VAE: not needed when `--taesd` (TAEF1) replaces it (checked at load).
+pub(crate) const VAE: ComponentSpec = ComponentSpec {
+    required: Required::Optional,
+    ..ComponentSpec::vae()
+};
 
 /// The registry entry.
 pub struct FluxFamily;
@@ -75,7 +79,7 @@ impl Family for FluxFamily {
     }
 
     fn components(&self) -> &'static [ComponentSpec] {
-        &[DIFFUSION, CLIP_L, T5, VAE]
+        &[DIFFUSION, CLIP_L, T5, VAE, crate::pipeline::sd::TAESD]
     }
 
     fn defaults(&self) -> Defaults {

@@ -14,12 +14,13 @@ use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
+use crate::pipeline::preview::PreviewMethod;
 use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::resample::{resize, Resample};
 use crate::pipeline::text::{
     encode_t5_chunks, load_clip, load_t5, load_t5_tokenizer, t5_weighted_chunks,
 };
-use crate::pipeline::vae::{load_autoencoder_kl, LatentNorm, VaeStage};
+use crate::pipeline::vae::{load_autoencoder_kl, load_taesd, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::pipeline::{RefImageArgs, RefIndexMode};
 use crate::progress::Progress;
@@ -43,6 +44,8 @@ pub struct FluxPipeline {
     t5: Option<(T5Tokenizer, Loaded<T5Encoder>)>,
     dit: Loaded<Flux>,
     vae: VaeStage,
+    /// TAEF1 for `--preview tae` with `--taesd-preview-only`.
+    preview_vae: Option<VaeStage>,
     schedule: ModelSchedule,
     prediction: Prediction,
     /// `--ref-image-args ref_index_mode` of the batch.
@@ -128,13 +131,27 @@ impl FluxPipeline {
             }
         };
         bar.tick();
-        let vae = VaeStage::new(
-            load_autoencoder_kl(files.require(&VAE)?, ctx)?,
-            LatentNorm::Scale {
-                scale: VAE_SCALE,
-                shift: VAE_SHIFT,
-            },
-        );
+        // TAEF1 (`--taesd`) decodes instead of the `ae`, or with `--taesd-preview-only` only
+        // the previews.
+        let load_ae = || -> Result<VaeStage> {
+            let files = present(VAE.id).ok_or_else(|| {
+                Error::Unsupported(
+                    "FLUX needs its VAE (ae.safetensors): pass --vae, or --taesd with TAEF1".into(),
+                )
+            })?;
+            Ok(VaeStage::new(
+                load_autoencoder_kl(files, ctx)?,
+                LatentNorm::Scale {
+                    scale: VAE_SCALE,
+                    shift: VAE_SHIFT,
+                },
+            ))
+        };
+        let (vae, preview_vae) = match load_taesd(files, ctx)? {
+            Some(tae) if ctx.taesd_preview_only => (load_ae()?, Some(tae)),
+            Some(tae) => (tae, None),
+            None => (load_ae()?, None),
+        };
         bar.tick();
 
         let c = dit.model.config();
@@ -186,6 +203,7 @@ impl FluxPipeline {
             prediction: ctx.prediction.unwrap_or(Prediction::FluxFlow),
             dit,
             vae,
+            preview_vae,
             ref_index: RefIndex::Fixed,
             fill,
             batch: None,
@@ -335,7 +353,12 @@ impl FluxPipeline {
     }
 
     /// Kontext: the references' tokens and positions, appended after the target's.
-    fn ref_tokens(&self, refs: &[HostTensor], mode: RefIndex, fill: Option<&HostTensor>) -> RefTokens {
+    fn ref_tokens(
+        &self,
+        refs: &[HostTensor],
+        mode: RefIndex,
+        fill: Option<&HostTensor>,
+    ) -> RefTokens {
         let sizes: Vec<(usize, usize)> = refs.iter().map(|r| (r.width(), r.height())).collect();
         RefTokens {
             tokens: refs.iter().flat_map(packing::pack).collect(),
@@ -382,7 +405,12 @@ impl FluxPipeline {
         crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
         let f = self.vae.scale_factor();
         if self.fill {
-            let want = [req.width / f, req.height / f, self.latent_channels() + f * f, 1];
+            let want = [
+                req.width / f,
+                req.height / f,
+                self.latent_channels() + f * f,
+                1,
+            ];
             if req.fill.map(|t| t.ne) != Some(want) || !req.refs.is_empty() {
                 return Err(Error::Unsupported(
                     "FLUX Fill needs its mask channels at the output size and takes no -r \
@@ -417,7 +445,13 @@ impl FluxPipeline {
             noise_rng: req.noise_rng,
             sampler_rng: req.sampler_rng,
             init: req.init,
-            preview: req.preview.map(|p| p.with(None, &self.vae)),
+            preview: req.preview.map(|p| {
+                let decoder = match (p.sink.method(), &self.preview_vae) {
+                    (PreviewMethod::Tae, Some(tae)) => tae,
+                    _ => &self.vae,
+                };
+                p.with(None, decoder)
+            }),
             mask: req.mask,
         };
         if let Some(p) = &job.preview {
@@ -533,9 +567,7 @@ impl Generator for FluxPipeline {
             .as_ref()
             .map(|x| self.vae.encode_unit(x, batch.tiling, "init image"))
             .transpose()?;
-        let mask = batch
-            .mask
-            .map(|m| InpaintMask::from_image(m, w, h, factor));
+        let mask = batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor));
         let fill = if self.fill {
             if init.is_none() || mask.is_none() {
                 log::warn!("FLUX Fill wants both --init-img and --mask");

@@ -51,8 +51,8 @@ pub(crate) const VAE: ComponentSpec = ComponentSpec {
     required: Required::Optional,
     ..ComponentSpec::vae()
 };
-/// `--taesd`: TAESD / TAESDXL decodes (and encodes) instead of the VAE.
-pub(crate) const TAESD: ComponentSpec = ComponentSpec {
+/// `--taesd`: TAESD / TAESDXL (TAEF1 for FLUX) decodes (and encodes) instead of the VAE.
+pub const TAESD: ComponentSpec = ComponentSpec {
     id: ComponentId::Taesd,
     what: "a TAESD tiny autoencoder",
     flags: &[ModelFlag::Taesd],

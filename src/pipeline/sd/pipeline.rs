@@ -12,11 +12,10 @@ use super::conditioner::{Condition, SdConditioner, TextEncoder};
 use super::embeddings::CustomEmbeddings;
 use super::prediction::{self, CheckpointExtras, Source};
 use super::variant::{self, SdVersion};
-use super::{CLIP, CLIP_G, CLIP_L_XL, DIFFUSION, TAESD, VAE};
+use super::{CLIP, CLIP_G, CLIP_L_XL, DIFFUSION, VAE};
 use crate::error::{Error, Result};
 use crate::models::te::clip::ClipActivation;
 use crate::models::unet::{refiner_time_ids, sdxl_time_ids, UNet, UNetConfig, UNetHparams};
-use crate::models::vae::taesd::Taesd;
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
@@ -24,7 +23,7 @@ use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::{PreviewMethod, PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
 use crate::pipeline::text::load_clip;
-use crate::pipeline::vae::{load_autoencoder_kl, LatentNorm, VaeStage};
+use crate::pipeline::vae::{load_autoencoder_kl, load_taesd, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
@@ -73,27 +72,6 @@ fn encoder_layers(
         });
     }
     Ok(layers)
-}
-
-/// TAESD (`--taesd`), when its file was given: it reads the diffusion model's latents as they
-/// are.
-fn load_taesd(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Option<VaeStage>> {
-    let Some(tae) = files.get(TAESD.id).filter(|s| !s.is_empty()) else {
-        return Ok(None);
-    };
-    let need_encoder = ctx.needs.encoder;
-    let src = StoreSource::new(&tae.store, ComponentId::Taesd.prefix());
-    let opts = ctx.load_options(ComponentId::Taesd, false)?;
-    let tae = Runner::load("taesd", &src, opts, |wb| -> Result<Taesd> {
-        Ok(Taesd::new(wb, need_encoder)?)
-    })?;
-    Ok(Some(VaeStage::new(
-        tae,
-        LatentNorm::Scale {
-            scale: 1.0,
-            shift: 0.0,
-        },
-    )))
 }
 
 /// The VAE stage of the final decode: the AutoencoderKL with the version's latent scale.
