@@ -83,7 +83,8 @@ fn call(model: &Flux, runner: &Runner, guidance: f32) -> HostTensor {
                 img_pos: &pos,
                 targets: n,
                 txt: g.input_f32("txt", [c.text_dim, txt.ne[1], 1, 1], txt.data.clone()),
-                pooled: g.input_f32("pooled", [c.pooled_dim, 1, 1, 1], pooled.data.clone()),
+                pooled: Some(g.input_f32("pooled", [c.pooled_dim, 1, 1, 1], pooled.data.clone())),
+                txt_mask: None,
                 timesteps: &[0.7],
                 guidance: &[guidance],
             };
@@ -115,11 +116,15 @@ fn transformer_matches_diffusers_in_both_layouts() {
 }
 
 fn pipeline() -> FluxPipeline {
+    pipeline_of(&dir().join("dev/transformer"))
+}
+
+fn pipeline_of(transformer: &Path) -> FluxPipeline {
     let mut files = ComponentFiles::new("FLUX.1");
     let open = |id, p: &Path| ComponentStore::open(id, p, false).unwrap();
     files.insert(
         ComponentId::Diffusion,
-        open(ComponentId::Diffusion, &dir().join("dev/transformer")),
+        open(ComponentId::Diffusion, transformer),
     );
     files.insert(ComponentId::ClipL, open(ComponentId::ClipL, &clip_l()));
     files.insert(ComponentId::T5, open(ComponentId::T5, &t5()));
@@ -248,4 +253,72 @@ fn taef1_decodes_instead_of_the_vae() {
         &tmp.path().join("taef1.png"),
     );
     check_image("TAEF1", &img, "taef1_image");
+}
+
+#[test]
+fn chroma_conditioning_is_t5_over_512_tokens_with_a_key_mask() {
+    let pipe = pipeline_of(&dir().join("chroma/transformer"));
+    let c = pipe.condition(PROMPT).unwrap();
+    assert_eq!(c.text.ne[1], 512);
+    assert!(c.pooled.is_empty());
+    assert_close(
+        "Chroma T5 states",
+        &c.text,
+        &tensor(&refs(), "chroma_t5"),
+        1e-4,
+    );
+    let mask = c.mask.expect("the DiT mask is on by default");
+    let kept = mask.iter().filter(|v| **v == 0.0).count();
+    let tokens = sd_cli::tokenizers::load_t5_tokenizer(&t5_tokenizer())
+        .unwrap()
+        .encode_with_specials(PROMPT)
+        .len();
+    assert_eq!(
+        kept,
+        tokens + 1,
+        "the prompt's tokens and one pad are attended"
+    );
+}
+
+/// `sd-cli` on a Chroma model (T5 only, CFG 4 against `-n blurry`).
+fn run_chroma(model: &Path, out: &Path) -> sd_cli::image_io::Image {
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["--diffusion-model", s(model), "--t5xxl", s(&t5())])
+        .args(["--t5xxl-tokenizer", s(&t5_tokenizer())])
+        .args(["--vae", s(&dir().join("vae"))])
+        .args([
+            "-p",
+            PROMPT,
+            "-n",
+            "blurry",
+            "--cfg-scale",
+            "4",
+            "--steps",
+            "4",
+        ])
+        .args([
+            "-W", "24", "-H", "16", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
+        .args(["-o", s(out)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    read_png(out).unwrap()
+}
+
+/// Chroma (approximator modulation, T5 over 512 tokens unmasked, the DiT masking padded text
+/// keys but one) from a diffusers folder and a BFL single file, against the reference loop.
+#[test]
+fn chroma_folder_and_single_file_match_the_reference_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = run_chroma(
+        &dir().join("chroma/transformer"),
+        &tmp.path().join("c1.png"),
+    );
+    check_image("Chroma (diffusers folder)", &img, "chroma_image");
+    let img = run_chroma(
+        &dir().join("chroma.safetensors"),
+        &tmp.path().join("c2.png"),
+    );
+    check_image("Chroma (BFL single file)", &img, "chroma_image");
 }

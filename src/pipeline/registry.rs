@@ -3,7 +3,7 @@
 
 use super::components::ComponentStore;
 use super::family::Family;
-use super::flux::FluxFamily;
+use super::flux::{ChromaFamily, FluxFamily};
 use super::model_args::{ModelArg, ModelArgSpec};
 use super::pixart::PixArtFamily;
 use super::qwen_image_2_1::QwenImage21Family;
@@ -11,7 +11,14 @@ use super::sd::{SD, SDXL};
 use crate::weights::TensorStore;
 
 /// Every family, in detection order.
-pub static FAMILIES: &[&dyn Family] = &[&PixArtFamily, &QwenImage21Family, &FluxFamily, &SD, &SDXL];
+pub static FAMILIES: &[&dyn Family] = &[
+    &PixArtFamily,
+    &QwenImage21Family,
+    &FluxFamily,
+    &ChromaFamily,
+    &SD,
+    &SDXL,
+];
 
 /// The family whose diffusion model `diffusion` is.
 pub fn detect(diffusion: &ComponentStore) -> Option<&'static dyn Family> {
@@ -32,18 +39,6 @@ pub fn supported_names() -> String {
 mod upcoming {
     use super::ModelArg;
 
-    pub const CHROMA_USE_DIT_MASK: ModelArg<bool> = ModelArg::new(
-        "chroma_use_dit_mask",
-        true,
-        "Chroma: mask padded text keys in the DiT",
-    );
-    pub const CHROMA_USE_T5_MASK: ModelArg<bool> = ModelArg::new(
-        "chroma_use_t5_mask",
-        false,
-        "Chroma: run T5 with its attention mask",
-    );
-    pub const CHROMA_T5_MASK_PAD: ModelArg<i64> =
-        ModelArg::new("chroma_t5_mask_pad", 1, "Chroma: pad tokens left unmasked");
     pub const QWEN_IMAGE_ZERO_COND_T: ModelArg<bool> = ModelArg::new(
         "qwen_image_zero_cond_t",
         false,
@@ -51,12 +46,7 @@ mod upcoming {
     );
 }
 
-const UPCOMING: [&dyn ModelArgSpec; 4] = [
-    &upcoming::CHROMA_USE_DIT_MASK,
-    &upcoming::CHROMA_USE_T5_MASK,
-    &upcoming::CHROMA_T5_MASK_PAD,
-    &upcoming::QWEN_IMAGE_ZERO_COND_T,
-];
+const UPCOMING: [&dyn ModelArgSpec; 1] = [&upcoming::QWEN_IMAGE_ZERO_COND_T];
 
 /// Every `--model-args` key: the families' own, then the upcoming ones.
 pub fn model_arg_specs() -> Vec<&'static dyn ModelArgSpec> {

@@ -94,13 +94,22 @@ pub fn load_clip(
     Ok((clip, openclip))
 }
 
-/// A prompt's T5 tokens as upstream's FLUX/SD3 conditioners cut them: emphasis parsed, then
-/// chunks of `chunk_len` (the tokens, `</s>`, padding) — as many as the prompt needs.
+/// One T5 chunk: ids and emphasis weights (`chunk_len` each) and how many of them are the
+/// prompt's (with `</s>`) before the padding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct T5Chunk {
+    pub ids: Vec<i32>,
+    pub weights: Vec<f32>,
+    pub real: usize,
+}
+
+/// A prompt's T5 tokens as upstream's FLUX/Chroma/SD3 conditioners cut them: emphasis parsed,
+/// then chunks of `chunk_len` (the tokens, `</s>`, padding) — as many as the prompt needs.
 pub fn t5_weighted_chunks(
     tokenizer: &T5Tokenizer,
     prompt: &str,
     chunk_len: usize,
-) -> Result<Vec<(Vec<i32>, Vec<f32>)>> {
+) -> Result<Vec<T5Chunk>> {
     let parts = parse_emphasis(prompt).map_err(|e| Error::Unsupported(e.to_string()))?;
     let (mut ids, mut weights) = (Vec::new(), Vec::new());
     for part in &parts {
@@ -119,9 +128,14 @@ pub fn t5_weighted_chunks(
         let mut c_w = weights[start..end].to_vec();
         c_ids.push(eos);
         c_w.push(1.0);
+        let real = c_ids.len();
         c_ids.resize(chunk_len.max(c_ids.len()), pad);
         c_w.resize(c_ids.len(), 1.0);
-        chunks.push((c_ids, c_w));
+        chunks.push(T5Chunk {
+            ids: c_ids,
+            weights: c_w,
+            real,
+        });
         start = end;
         if start >= ids.len() {
             return Ok(chunks);
@@ -129,19 +143,21 @@ pub fn t5_weighted_chunks(
     }
 }
 
-/// T5 hidden states [d_model, n·chunk_len] of weighted chunks, each run unmasked over all its
-/// tokens (upstream's FLUX) and weighted.
+/// T5 hidden states [d_model, n·chunk_len] of weighted chunks, each run over all its tokens
+/// (upstream's FLUX and Chroma default) or with its padding masked (`masked`), then weighted.
 pub fn encode_t5_chunks(
     t5: &Loaded<T5Encoder>,
-    chunks: &[(Vec<i32>, Vec<f32>)],
+    chunks: &[T5Chunk],
+    masked: bool,
 ) -> Result<HostTensor> {
     let d = t5.model.config().d_model;
     let mut data = Vec::new();
     let mut n = 0;
-    for (ids, weights) in chunks {
-        let mut h = t5::encode(&t5.runner, &t5.model, ids, ids.len())?;
-        apply_token_weights(&mut h.data, d, weights);
-        n += ids.len();
+    for c in chunks {
+        let valid = if masked { c.real } else { c.ids.len() };
+        let mut h = t5::encode(&t5.runner, &t5.model, &c.ids, valid)?;
+        apply_token_weights(&mut h.data, d, &c.weights);
+        n += c.ids.len();
         data.extend(h.data);
     }
     HostTensor::new([d, n, 1, 1], data).ok_or_else(|| Error::Unsupported("T5 output size".into()))

@@ -178,6 +178,102 @@ def fill_reference(model, pipe, ae):
     return image[0]
 
 
+class KeyMaskProcessor:
+    """FluxAttnProcessor with sd-cli's Chroma mask: padded text keys masked for every query.
+    (diffusers 0.42.1 builds a float query x key mask that SDPA adds to the logits instead.)"""
+    key_mask = None
+
+    def __init__(self):
+        from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
+        self.inner = FluxAttnProcessor()
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+        return self.inner(attn, hidden_states, encoder_hidden_states, KeyMaskProcessor.key_mask, image_rotary_emb)
+
+
+def chroma_reference(model, t5, t5_tok, ae, cfg, negative):
+    """Chroma under sd-cli's rules, as a loop over diffusers' ChromaTransformer2DModel: T5 over 512
+    tokens without its mask, the DiT masking text keys past the prompt's tokens and one pad, CFG."""
+    f = 2 ** (len(ae.config.block_out_channels) - 1)
+    lh, lw = H // f, W // f
+    for blk in list(model.transformer_blocks) + list(model.single_transformer_blocks):
+        blk.attn.set_processor(KeyMaskProcessor())
+
+    def encode(text):
+        tok = t5_tok(text, padding="max_length", max_length=512, truncation=True, return_tensors="pt")
+        emb = t5(tok.input_ids).last_hidden_state
+        real = int(tok.attention_mask.sum())
+        keep = torch.zeros(512, dtype=torch.bool)
+        keep[:real + 1] = True
+        return emb, keep
+
+    with torch.no_grad():
+        conds = [encode(PROMPT), encode(negative)]
+        pack = lambda t: FluxPipeline._pack_latents(t, 1, t.shape[1], lh, lw)  # noqa: E731
+        img_ids = FluxPipeline._prepare_latent_image_ids(1, lh // 2, lw // 2, "cpu", torch.float32)
+        txt_ids = torch.zeros(512, 3)
+        n = 4
+        mu = sdcli_mu(lh * lw)
+        base = np.linspace(1.0, 1 / n, n)
+        sig = [float(np.exp(mu) / (np.exp(mu) + (1 / s - 1))) for s in base] + [0.0]
+        lat = torch.randn(1, 16, lh, lw, generator=torch.Generator().manual_seed(SEED))
+        for i in range(n):
+            s0, s1 = sig[i], sig[i + 1]
+            vs = []
+            for emb, keep in conds:
+                KeyMaskProcessor.key_mask = torch.cat([keep, torch.ones(img_ids.shape[0], dtype=torch.bool)])[
+                    None, None, None, :]
+                v = model(hidden_states=pack(lat), encoder_hidden_states=emb, timestep=torch.tensor([s0]),
+                          img_ids=img_ids, txt_ids=txt_ids).sample
+                vs.append(FluxPipeline._unpack_latents(v, H, W, f))
+            v = vs[1] + cfg * (vs[0] - vs[1])
+            lat = lat + (s1 - s0) * v
+        image = (ae.decode(lat / ae.config.scaling_factor + ae.config.shift_factor).sample / 2 + 0.5).clamp(0, 1)
+    return image[0]
+
+
+def chroma_to_bfl(model):
+    """diffusers ChromaTransformer2DModel state → BFL/ComfyUI Chroma names."""
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out = {}
+    for k, v in sd.items():
+        k2 = (k.replace("x_embedder", "img_in").replace("context_embedder", "txt_in")
+              .replace("proj_out", "final_layer.linear") if not k.startswith("single_transformer_blocks") else k)
+        if k2.startswith("distilled_guidance_layer."):
+            k2 = k2.replace(".linear_1.", ".in_layer.").replace(".linear_2.", ".out_layer.")
+            if ".norms." in k2:
+                k2 = k2.replace(".weight", ".scale")
+        out[k2] = v
+    res = {}
+    for k in list(out):
+        if not (k.startswith("transformer_blocks.") or k.startswith("single_transformer_blocks.")):
+            res["model.diffusion_model." + k] = out.pop(k).contiguous()
+    blocks = out
+    for i in range(len(model.transformer_blocks)):
+        p, q = f"transformer_blocks.{i}.", f"double_blocks.{i}."
+        for s in ("weight", "bias"):
+            res[f"model.diffusion_model.{q}img_attn.qkv.{s}"] = torch.cat([blocks.pop(f"{p}attn.to_{x}.{s}") for x in "qkv"], 0)
+            res[f"model.diffusion_model.{q}txt_attn.qkv.{s}"] = torch.cat(
+                [blocks.pop(f"{p}attn.add_{x}_proj.{s}") for x in "qkv"], 0)
+            for a, b in [("attn.to_out.0", "img_attn.proj"), ("attn.to_add_out", "txt_attn.proj"),
+                         ("ff.net.0.proj", "img_mlp.0"), ("ff.net.2", "img_mlp.2"),
+                         ("ff_context.net.0.proj", "txt_mlp.0"), ("ff_context.net.2", "txt_mlp.2")]:
+                res[f"model.diffusion_model.{q}{b}.{s}"] = blocks.pop(f"{p}{a}.{s}")
+        for a, b in [("attn.norm_q", "img_attn.norm.query_norm"), ("attn.norm_k", "img_attn.norm.key_norm"),
+                     ("attn.norm_added_q", "txt_attn.norm.query_norm"), ("attn.norm_added_k", "txt_attn.norm.key_norm")]:
+            res[f"model.diffusion_model.{q}{b}.scale"] = blocks.pop(f"{p}{a}.weight")
+    for i in range(len(model.single_transformer_blocks)):
+        p, q = f"single_transformer_blocks.{i}.", f"single_blocks.{i}."
+        for s in ("weight", "bias"):
+            res[f"model.diffusion_model.{q}linear1.{s}"] = torch.cat(
+                [blocks.pop(f"{p}attn.to_{x}.{s}") for x in "qkv"] + [blocks.pop(f"{p}proj_mlp.{s}")], 0)
+            res[f"model.diffusion_model.{q}linear2.{s}"] = blocks.pop(f"{p}proj_out.{s}")
+        res[f"model.diffusion_model.{q}norm.query_norm.scale"] = blocks.pop(f"{p}attn.norm_q.weight")
+        res[f"model.diffusion_model.{q}norm.key_norm.scale"] = blocks.pop(f"{p}attn.norm_k.weight")
+    assert not blocks, sorted(blocks)
+    return {k: v.contiguous() for k, v in res.items()}
+
+
 def run_pipeline(pipe, guidance, **extra):
     captured = {}
     orig = pipe.vae.decode
@@ -266,6 +362,26 @@ def main():
                         tokenizer_2=t5_tok, transformer=fill_model)
     refs["fill_image"] = fill_reference(fill_model, pipe, ae).contiguous()
     fill_model.save_pretrained(f"{OUT}/fill/transformer", safe_serialization=True)
+
+    # Chroma: diffusers folder and BFL single file of one tiny model, CFG 4 with a negative prompt.
+    from diffusers import ChromaTransformer2DModel
+    torch.manual_seed(35)
+    chroma = ChromaTransformer2DModel(patch_size=1, in_channels=64, num_layers=2, num_single_layers=2,
+                                      attention_head_dim=16, num_attention_heads=2, joint_attention_dim=16,
+                                      axes_dims_rope=AXES, approximator_num_channels=64, approximator_hidden_dim=32,
+                                      approximator_layers=2).eval()
+    spf.randomize(chroma, 0.1)
+    with torch.no_grad():
+        chroma.proj_out.weight.mul_(0.5)
+    chroma.save_pretrained(f"{OUT}/chroma/transformer", safe_serialization=True)
+    # sd-cli's approximator RMS norms use eps 1e-6 (torch's nn.RMSNorm default is float32's eps).
+    for norm in chroma.distilled_guidance_layer.norms:
+        norm.eps = 1e-6
+    save_file(chroma_to_bfl(chroma), f"{OUT}/chroma.safetensors")
+    refs["chroma_image"] = chroma_reference(chroma, t5, t5_tok, ae, 4.0, "blurry").contiguous()
+    with torch.no_grad():
+        ids = t5_tok(PROMPT, padding="max_length", max_length=512, truncation=True, return_tensors="pt").input_ids
+        refs["chroma_t5"] = t5(ids).last_hidden_state[0].contiguous()
 
     # One transformer call of each model on random inputs (positions as FluxPipeline builds them).
     torch.manual_seed(77)

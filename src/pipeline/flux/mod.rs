@@ -7,9 +7,11 @@
 //! `--guidance` 3.5, the VAE latent is `z / 0.3611 + 0.1159`; a missing CLIP-L gives a zero
 //! pooled vector and a missing T5 zero hidden states, as upstream.
 
+pub mod chroma;
 mod pipeline;
 
-pub use pipeline::{FluxPipeline, FluxRequest};
+pub use chroma::ChromaFamily;
+pub use pipeline::{ChromaText, FluxCondition, FluxPipeline, FluxRequest};
 
 use crate::error::Result;
 use crate::models::dit::flux::FluxConfig;
@@ -19,7 +21,6 @@ use crate::pipeline::components::{
 use crate::pipeline::family::{Defaults, Family, Generator, LoadContext};
 use crate::pipeline::model_args::ModelArgSpec;
 use crate::pipeline::prompt::PromptTemplate;
-use crate::runner::StoreSource;
 use crate::sampling::schedules::FluxScheduleParams;
 use crate::sampling::{Prediction, SamplerKind, ScheduleKind, ScheduleOptions};
 
@@ -31,6 +32,17 @@ pub const VAE_SHIFT: f32 = 0.1159;
 /// The `discrete` scheduler's flow shift of dev (guidance-distilled) and schnell models.
 pub const DEV_SHIFT: f32 = 1.15;
 pub const SCHNELL_SHIFT: f32 = 1.0;
+
+/// Whether the diffusion store holds a FLUX-shaped transformer (either layout).
+pub(crate) fn flux_layout(diffusion: &ComponentStore) -> (bool, impl Fn(&str) -> bool + '_) {
+    let root = diffusion.root(ComponentId::Diffusion);
+    let store = &diffusion.store;
+    let has = move |n: &str| store.contains(&format!("{root}{n}"));
+    let layout = has("double_blocks.0.img_attn.qkv.weight")
+        || (has("transformer_blocks.0.attn.add_q_proj.weight")
+            && has("single_transformer_blocks.0.proj_mlp.weight"));
+    (layout, has)
+}
 
 pub(crate) const DIFFUSION: ComponentSpec = ComponentSpec::diffusion("a FLUX.1 transformer");
 pub(crate) const CLIP_L: ComponentSpec = ComponentSpec {
@@ -67,15 +79,11 @@ impl Family for FluxFamily {
 
     /// Either checkpoint layout, with the pooled-text input Chroma lacks.
     fn detect(&self, diffusion: &ComponentStore) -> bool {
-        let root = diffusion.root(ComponentId::Diffusion);
-        let src = StoreSource::new(&diffusion.store, &root);
-        let has = |n: &str| crate::runner::WeightSource::contains(&src, n);
-        let layout = has("double_blocks.0.img_attn.qkv.weight")
-            || (has("transformer_blocks.0.attn.add_q_proj.weight")
-                && has("single_transformer_blocks.0.proj_mlp.weight"));
+        let (layout, has) = flux_layout(diffusion);
         layout
             && (has("vector_in.in_layer.weight")
                 || has("time_text_embed.text_embedder.linear_1.weight"))
+            && !has("distilled_guidance_layer.in_proj.weight")
     }
 
     fn components(&self) -> &'static [ComponentSpec] {

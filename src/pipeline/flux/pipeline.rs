@@ -33,10 +33,22 @@ use crate::tensor::HostTensor;
 use crate::tokenizers::clip::{tokenize_weighted, ClipTokenizer};
 use crate::tokenizers::T5Tokenizer;
 
-/// A prompt's conditioning: T5 hidden states [text_dim, L] and the pooled CLIP vector.
+/// A prompt's conditioning: T5 hidden states [text_dim, L], the pooled CLIP vector (FLUX)
+/// and Chroma's DiT mask over the text keys (0 or −∞ per token).
 pub struct FluxCondition {
     pub text: HostTensor,
     pub pooled: Vec<f32>,
+    pub mask: Option<Vec<f32>>,
+}
+
+/// Chroma's text settings (`--model-args`, upstream's defaults): T5 over 512-token chunks,
+/// unmasked unless `chroma_use_t5_mask`; the DiT masks text keys past the prompt and
+/// `chroma_t5_mask_pad` padding tokens unless `chroma_use_dit_mask=false`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChromaText {
+    pub use_dit_mask: bool,
+    pub use_t5_mask: bool,
+    pub mask_pad: usize,
 }
 
 pub struct FluxPipeline {
@@ -52,6 +64,8 @@ pub struct FluxPipeline {
     ref_index: RefIndex,
     /// FLUX Fill (inpainting) model.
     fill: bool,
+    /// Chroma (T5 only, approximator modulation, DiT text mask).
+    chroma: Option<ChromaText>,
     /// The batch's size, init latent, mask, Kontext reference latents and Fill channels.
     batch: Option<Prepared<(Vec<HostTensor>, Option<HostTensor>)>>,
 }
@@ -165,7 +179,7 @@ impl FluxPipeline {
                 )));
             }
         }
-        if let Some((_, clip)) = &clip {
+        if let Some((_, clip)) = clip.as_ref().filter(|_| c.chroma.is_none()) {
             let have = clip.model.config().hidden;
             if have != c.pooled_dim {
                 return Err(Error::Unsupported(format!(
@@ -196,6 +210,9 @@ impl FluxPipeline {
             )));
         }
         let shift = flow_shift(c);
+        let chroma = c
+            .chroma
+            .map(|_| super::chroma::text_settings(ctx.model_args));
         Ok(Self {
             clip,
             t5,
@@ -206,6 +223,7 @@ impl FluxPipeline {
             preview_vae,
             ref_index: RefIndex::Fixed,
             fill,
+            chroma,
             batch: None,
         })
     }
@@ -261,9 +279,13 @@ impl FluxPipeline {
         self.vae.scale_factor() * 2
     }
 
-    /// The T5 states and pooled CLIP vector of `prompt` (zeros for a missing encoder).
+    /// The T5 states and pooled CLIP vector of `prompt` (zeros for a missing encoder), and
+    /// Chroma's DiT mask.
     pub fn condition(&self, prompt: &str) -> Result<FluxCondition> {
         let c = self.config();
+        if let Some(chroma) = self.chroma {
+            return self.chroma_condition(prompt, chroma);
+        }
         let pooled = match &self.clip {
             Some((tok, model)) => {
                 let chunks = tokenize_weighted(tok, prompt, tok.eos())?;
@@ -288,10 +310,50 @@ impl FluxPipeline {
             None => vec![0.0; c.pooled_dim],
         };
         let text = match &self.t5 {
-            Some((tok, t5)) => encode_t5_chunks(t5, &t5_weighted_chunks(tok, prompt, T5_CHUNK)?)?,
+            Some((tok, t5)) => {
+                encode_t5_chunks(t5, &t5_weighted_chunks(tok, prompt, T5_CHUNK)?, false)?
+            }
             None => HostTensor::zeros([c.text_dim, T5_CHUNK, 1, 1]),
         };
-        Ok(FluxCondition { text, pooled })
+        Ok(FluxCondition {
+            text,
+            pooled,
+            mask: None,
+        })
+    }
+
+    /// Chroma: T5 over 512-token chunks; the mask keeps the prompt's tokens and the first
+    /// `mask_pad` padding tokens (upstream); without T5, zeros and every key masked.
+    fn chroma_condition(&self, prompt: &str, chroma: ChromaText) -> Result<FluxCondition> {
+        let c = self.config();
+        let Some((tok, t5)) = &self.t5 else {
+            return Ok(FluxCondition {
+                text: HostTensor::zeros([c.text_dim, 256, 1, 1]),
+                pooled: Vec::new(),
+                mask: chroma.use_dit_mask.then(|| vec![f32::NEG_INFINITY; 256]),
+            });
+        };
+        let chunks = t5_weighted_chunks(tok, prompt, super::chroma::T5_CHUNK)?;
+        let text = encode_t5_chunks(t5, &chunks, chroma.use_t5_mask)?;
+        let mut mask: Vec<f32> = chunks
+            .iter()
+            .flat_map(|ch| {
+                (0..ch.ids.len()).map(move |i| if i < ch.real { 0.0 } else { f32::NEG_INFINITY })
+            })
+            .collect();
+        let mut left = chroma.mask_pad;
+        for v in mask.iter_mut().filter(|v| v.is_infinite()) {
+            if left == 0 {
+                break;
+            }
+            *v = 0.0;
+            left -= 1;
+        }
+        Ok(FluxCondition {
+            text,
+            pooled: Vec::new(),
+            mask: chroma.use_dit_mask.then_some(mask),
+        })
     }
 
     /// The transformer's velocity for latent `x` ([w, h, C]) under `cond`.
@@ -330,7 +392,10 @@ impl FluxPipeline {
                 img_pos: &pos,
                 targets,
                 txt: g.input_f32("flux.txt", cond.text.ne, cond.text.data.clone()),
-                pooled: g.input_f32("flux.pooled", [c.pooled_dim, 1, 1, 1], cond.pooled.clone()),
+                pooled: (!cond.pooled.is_empty()).then(|| {
+                    g.input_f32("flux.pooled", [c.pooled_dim, 1, 1, 1], cond.pooled.clone())
+                }),
+                txt_mask: cond.mask.as_deref(),
                 timesteps: &[sigma],
                 guidance: &[guidance],
             };

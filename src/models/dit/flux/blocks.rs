@@ -94,7 +94,8 @@ impl Qkv {
 /// One stream's half of a double block.
 #[derive(Clone, Copy, Debug)]
 struct Stream {
-    modulation: Linear,
+    /// Per-block modulation from SiLU(vec) (FLUX); Chroma's come precomputed.
+    modulation: Option<Linear>,
     qkv: Qkv,
     norm_q: RmsNorm,
     norm_k: RmsNorm,
@@ -140,13 +141,17 @@ impl DoubleBlock {
     pub fn new(wb: &WeightBuilder<'_, '_>, c: &FluxConfig) -> Result<Self, RunnerError> {
         let (d, hd, m) = (c.hidden_size, c.head_dim, c.mlp_hidden);
         let lin = |w: WeightBuilder<'_, '_>, i, o| Linear::new(&w, i, o, true);
+        let modulation = |w: WeightBuilder<'_, '_>, k: usize| match c.chroma {
+            Some(_) => Ok(None),
+            None => Linear::new(&w, d, k * d, true).map(Some),
+        };
         Ok(match c.layout {
             FluxLayout::Bfl => {
                 let stream = |s: &str| -> Result<Stream, RunnerError> {
                     let attn = wb.pp(format!("{s}_attn"));
                     let norm = attn.pp("norm");
                     Ok(Stream {
-                        modulation: lin(wb.pp(format!("{s}_mod")).pp("lin"), d, 6 * d)?,
+                        modulation: modulation(wb.pp(format!("{s}_mod")).pp("lin"), 6)?,
                         qkv: Qkv::Fused(lin(attn.pp("qkv"), d, 3 * d)?),
                         norm_q: RmsNorm::named(&norm.pp("query_norm"), "scale", hd, NORM_EPS)?,
                         norm_k: RmsNorm::named(&norm.pp("key_norm"), "scale", hd, NORM_EPS)?,
@@ -172,7 +177,7 @@ impl DoubleBlock {
                 let ff = |name: &str| wb.pp(name).pp("net");
                 Self {
                     img: Stream {
-                        modulation: lin(wb.pp("norm1").pp("linear"), d, 6 * d)?,
+                        modulation: modulation(wb.pp("norm1").pp("linear"), 6)?,
                         qkv: split("to_q", "to_k", "to_v")?,
                         norm_q: RmsNorm::new(&attn.pp("norm_q"), hd, NORM_EPS)?,
                         norm_k: RmsNorm::new(&attn.pp("norm_k"), hd, NORM_EPS)?,
@@ -181,7 +186,7 @@ impl DoubleBlock {
                         mlp_out: lin(ff("ff").pp(2), m, d)?,
                     },
                     txt: Stream {
-                        modulation: lin(wb.pp("norm1_context").pp("linear"), d, 6 * d)?,
+                        modulation: modulation(wb.pp("norm1_context").pp("linear"), 6)?,
                         qkv: split("add_q_proj", "add_k_proj", "add_v_proj")?,
                         norm_q: RmsNorm::new(&attn.pp("norm_added_q"), hd, NORM_EPS)?,
                         norm_k: RmsNorm::new(&attn.pp("norm_added_k"), hd, NORM_EPS)?,
@@ -194,21 +199,36 @@ impl DoubleBlock {
         })
     }
 
-    /// Runs the block on image tokens `x` [D, N, B] and text tokens `ctx` [D, L, B] under
-    /// `vec` = SiLU(temb) [D, B]; returns the new (image, text) tokens.
+    /// The block's (image, text) modulation rows from `vec` = SiLU(temb) [D, B] (FLUX); `None`
+    /// for Chroma, whose rows come from its approximator.
+    pub fn modulation<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        vec: Tensor<'g>,
+        d: usize,
+    ) -> Option<(Vec<Tensor<'g>>, Vec<Tensor<'g>>)> {
+        let (i, t) = (self.img.modulation?, self.txt.modulation?);
+        Some((
+            mod_rows(g, i.forward(g, vec), d, 6),
+            mod_rows(g, t.forward(g, vec), d, 6),
+        ))
+    }
+
+    /// Runs the block on image tokens `x` [D, N, B] and text tokens `ctx` [D, L, B] with the
+    /// (shift, scale, gate) × 2 rows `im` / `tm` and an optional additive key mask; returns
+    /// the new (image, text) tokens.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward<'g>(
         &self,
         g: &'g GraphCtx<'g>,
         x: Tensor<'g>,
         ctx: Tensor<'g>,
-        vec: Tensor<'g>,
+        (im, tm): (&[Tensor<'g>], &[Tensor<'g>]),
         rope: Rope<'g>,
+        mask: Option<Tensor<'g>>,
         c: &FluxConfig,
     ) -> (Tensor<'g>, Tensor<'g>) {
-        let d = c.hidden_size;
         let l = ctx.ne()[1];
-        let im = mod_rows(g, self.img.modulation.forward(g, vec), d, 6);
-        let tm = mod_rows(g, self.txt.modulation.forward(g, vec), d, 6);
         let hi = modulate(g, x, im[0], im[1]);
         let ht = modulate(g, ctx, tm[0], tm[1]);
         let [qi, ki, vi] = qkv_normed(
@@ -228,7 +248,8 @@ impl DoubleBlock {
         let q = rotate(g, g.concat(qt, qi, 1), rope, c);
         let k = rotate(g, g.concat(kt, ki, 1), rope, c);
         let v = g.concat(vt, vi, 1);
-        let a = nn::attention(g, q, k, v, c.heads, None);
+        let mask = mask.map(nn::AttentionMask);
+        let a = nn::attention(g, q, k, v, c.heads, mask.as_ref());
         let n = x.ne()[1];
         let (at, ai) = (columns(g, a, 0, l), columns(g, a, l, n));
         let finish = |s: &Stream, x: Tensor<'g>, a: Tensor<'g>, m: &[Tensor<'g>]| {
@@ -239,10 +260,7 @@ impl DoubleBlock {
                 .forward(g, nn::gelu_tanh(g, s.mlp_in.forward(g, h)));
             g.add(x, g.mul(f, m[5]))
         };
-        (
-            finish(&self.img, x, ai, &im),
-            finish(&self.txt, ctx, at, &tm),
-        )
+        (finish(&self.img, x, ai, im), finish(&self.txt, ctx, at, tm))
     }
 }
 
@@ -256,7 +274,8 @@ enum SingleIn {
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SingleBlock {
-    modulation: Linear,
+    /// Per-block modulation from SiLU(vec) (FLUX); Chroma's come precomputed.
+    modulation: Option<Linear>,
     input: SingleIn,
     norm_q: RmsNorm,
     norm_k: RmsNorm,
@@ -268,11 +287,15 @@ impl SingleBlock {
     pub fn new(wb: &WeightBuilder<'_, '_>, c: &FluxConfig) -> Result<Self, RunnerError> {
         let (d, hd, m) = (c.hidden_size, c.head_dim, c.mlp_hidden);
         let lin = |w: WeightBuilder<'_, '_>, i, o| Linear::new(&w, i, o, true);
+        let modulation = |w: WeightBuilder<'_, '_>| match c.chroma {
+            Some(_) => Ok(None),
+            None => Linear::new(&w, d, 3 * d, true).map(Some),
+        };
         Ok(match c.layout {
             FluxLayout::Bfl => {
                 let norm = wb.pp("norm");
                 Self {
-                    modulation: lin(wb.pp("modulation").pp("lin"), d, 3 * d)?,
+                    modulation: modulation(wb.pp("modulation").pp("lin"))?,
                     input: SingleIn::Fused(lin(wb.pp("linear1"), d, 3 * d + m)?),
                     norm_q: RmsNorm::named(&norm.pp("query_norm"), "scale", hd, NORM_EPS)?,
                     norm_k: RmsNorm::named(&norm.pp("key_norm"), "scale", hd, NORM_EPS)?,
@@ -282,7 +305,7 @@ impl SingleBlock {
             FluxLayout::Diffusers => {
                 let attn = wb.pp("attn");
                 Self {
-                    modulation: lin(wb.pp("norm").pp("linear"), d, 3 * d)?,
+                    modulation: modulation(wb.pp("norm").pp("linear"))?,
                     input: SingleIn::Split {
                         qkv: Qkv::Split(
                             lin(attn.pp("to_q"), d, d)?,
@@ -299,17 +322,27 @@ impl SingleBlock {
         })
     }
 
-    /// Runs the block on the joint tokens `x` [D, L + N, B].
+    /// The block's (shift, scale, gate) rows from `vec` = SiLU(temb) (FLUX); `None` for Chroma.
+    pub fn modulation<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        vec: Tensor<'g>,
+        d: usize,
+    ) -> Option<Vec<Tensor<'g>>> {
+        Some(mod_rows(g, self.modulation?.forward(g, vec), d, 3))
+    }
+
+    /// Runs the block on the joint tokens `x` [D, L + N, B] with its modulation rows `m`.
     pub fn forward<'g>(
         &self,
         g: &'g GraphCtx<'g>,
         x: Tensor<'g>,
-        vec: Tensor<'g>,
+        m: &[Tensor<'g>],
         rope: Rope<'g>,
+        mask: Option<Tensor<'g>>,
         c: &FluxConfig,
     ) -> Tensor<'g> {
         let d = c.hidden_size;
-        let m = mod_rows(g, self.modulation.forward(g, vec), d, 3);
         let h = modulate(g, x, m[0], m[1]);
         let (qkv, mlp) = match &self.input {
             SingleIn::Fused(l) => {
@@ -325,7 +358,8 @@ impl SingleBlock {
         let flat = |t: Tensor<'g>| g.reshape(t, [d, n, b, 1]);
         let q = rotate(g, flat(self.norm_q.forward(g, heads(q))), rope, c);
         let k = rotate(g, flat(self.norm_k.forward(g, heads(k))), rope, c);
-        let a = nn::attention(g, q, k, v, c.heads, None);
+        let mask = mask.map(nn::AttentionMask);
+        let a = nn::attention(g, q, k, v, c.heads, mask.as_ref());
         let cat = g.concat(a, nn::gelu_tanh(g, mlp), 0);
         g.add(x, g.mul(self.out.forward(g, cat), m[2]))
     }

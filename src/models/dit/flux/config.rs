@@ -21,7 +21,17 @@ pub enum FluxLayout {
     Diffusers,
 }
 
-/// Sizes of a FLUX.1 transformer.
+/// Chroma's modulation approximator (`distilled_guidance_layer`), which replaces FLUX's
+/// per-block modulation, timestep, guidance and pooled-text embedders.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChromaApproximator {
+    /// Input width (timestep, guidance and modulation-index features: 64).
+    pub in_dim: usize,
+    pub hidden: usize,
+    pub layers: usize,
+}
+
+/// Sizes of a FLUX.1 (or Chroma) transformer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FluxConfig {
     pub layout: FluxLayout,
@@ -42,6 +52,8 @@ pub struct FluxConfig {
     pub guidance_embed: bool,
     /// Rope dims per head for the (index, row, column) axes.
     pub axes_dims: [usize; 3],
+    /// Chroma: the approximator that gives every block's modulation.
+    pub chroma: Option<ChromaApproximator>,
 }
 
 impl FluxConfig {
@@ -75,10 +87,27 @@ impl FluxConfig {
         let (in_channels, hidden_size) = (img_in[0], img_in[1]);
         let out_channels = need(pick("final_layer.linear.weight", "proj_out.weight"))?[1];
         let text_dim = need(pick("txt_in.weight", "context_embedder.weight"))?[0];
-        let pooled_dim = need(pick(
-            "vector_in.in_layer.weight",
-            "time_text_embed.text_embedder.linear_1.weight",
-        ))?[0];
+        let chroma = wb
+            .source_ne("distilled_guidance_layer.in_proj.weight")
+            .map(|ne| ChromaApproximator {
+                in_dim: ne[0],
+                hidden: ne[1],
+                layers: (0..)
+                    .take_while(|i| {
+                        wb.contains(&format!(
+                            "distilled_guidance_layer.layers.{i}.{}.weight",
+                            pick("in_layer", "linear_1")
+                        ))
+                    })
+                    .count(),
+            });
+        let pooled_dim = match chroma {
+            Some(_) => 0,
+            None => need(pick(
+                "vector_in.in_layer.weight",
+                "time_text_embed.text_embedder.linear_1.weight",
+            ))?[0],
+        };
         let head_dim = need(pick(
             "double_blocks.0.img_attn.norm.query_norm.scale",
             "transformer_blocks.0.attn.norm_q.weight",
@@ -130,7 +159,14 @@ impl FluxConfig {
             single_blocks,
             guidance_embed,
             axes_dims: super::super::default_axes_dims(head_dim),
+            chroma,
         })
+    }
+
+    /// Modulation rows Chroma's approximator makes: 3 per single block, 6 per stream of each
+    /// double block, 2 for the final norm.
+    pub fn chroma_rows(&self) -> usize {
+        3 * self.single_blocks + 12 * self.double_blocks + 2
     }
 
     /// The same sizes with explicit rope axes (a diffusers `axes_dims_rope`).
