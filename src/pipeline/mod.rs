@@ -20,6 +20,7 @@ pub mod ref_args;
 pub mod registry;
 pub mod resample;
 pub mod sd;
+pub mod sd3;
 pub mod text;
 pub mod vae;
 

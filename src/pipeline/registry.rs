@@ -8,6 +8,7 @@ use super::model_args::{ModelArg, ModelArgSpec};
 use super::pixart::PixArtFamily;
 use super::qwen_image_2_1::QwenImage21Family;
 use super::sd::{SD, SDXL};
+use super::sd3::Sd3Family;
 use crate::weights::TensorStore;
 
 /// Every family, in detection order.
@@ -16,6 +17,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &QwenImage21Family,
     &FluxFamily,
     &ChromaFamily,
+    &Sd3Family,
     &SD,
     &SDXL,
 ];

@@ -1,0 +1,171 @@
+"""Golden fixtures for SD3 / SD3.5 (tests/sd3_pipeline.rs).
+
+Run from the repository root (after sd_pipeline_fixtures.py, pixart_pipeline_fixtures.py and
+flux_fixtures.py, whose tiny CLIP-L, CLIP-G (SDXL's bigG), T5 and 16-channel VAE this reuses):
+    python3 tests/reference/sd3_fixtures.py
+
+Writes tests/fixtures/sd3/:
+  sd35/transformer/          a tiny SD3Transformer2DModel with q/k RMS norms and a dual-attention first
+                             block (SD3.5 medium's MMDiT-X), as a diffusers folder
+  sd3.safetensors            a tiny SD3 (no q/k norms) in Stability's single-file names (joint_blocks,
+                             fused qkv, (shift, scale) adaptive norms, model.diffusion_model.)
+  (CLIP-L is the SD fixtures' encoder, run by diffusers as CLIPTextModelWithProjection with an
+   identity projection: sd-cli never projects CLIP-L's pooled state, diffusers does)
+  reference.safetensors      StableDiffusion3Pipeline images and a transformer call of each model
+
+StableDiffusion3Pipeline runs under sd-cli's rules (REFERENCE-NOTES 30): T5 over 77 tokens
+(`max_sequence_length=77`), sd-cli's `discrete` flow sigmas (shift 3 applied once: the scheduler's own
+shift is 1), the VAE's latent normalisation 1.5305 / 0.0609.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+from transformers import CLIPTextModel, CLIPTextModelWithProjection, T5EncoderModel, T5TokenizerFast
+
+sys.path.insert(0, os.path.dirname(__file__))
+import sd_pipeline_fixtures as spf  # noqa: E402
+
+OUT = "tests/fixtures/sd3"
+SD1, SDXL, PIXART, FLUX = ("tests/fixtures/sd_pipeline/sd1", "tests/fixtures/sd_pipeline/sdxl",
+                           "tests/fixtures/pixart_pipeline", "tests/fixtures/flux")
+T5_TOKENIZER = os.path.join(os.path.dirname(__file__), "../../../shared/tokenizers/t5-v1_1.tokenizer.json")
+PROMPT, NEGATIVE = "A lovely cat, holding a sign.", "blurry"
+SEED, W, H, STEPS, CFG = 42, 24, 16, 4, 4.5
+
+
+def transformer(seed, qk_norm, dual):
+    torch.manual_seed(seed)
+    model = SD3Transformer2DModel(sample_size=16, patch_size=2, in_channels=16, num_layers=2, attention_head_dim=16,
+                                  num_attention_heads=2, joint_attention_dim=16, caption_projection_dim=32,
+                                  pooled_projection_dim=20, out_channels=16, pos_embed_max_size=12,
+                                  qk_norm=qk_norm, dual_attention_layers=dual).eval()
+    spf.randomize(model, 0.1)
+    with torch.no_grad():
+        model.proj_out.weight.mul_(0.5)
+        model.pos_embed.pos_embed.copy_(torch.randn_like(model.pos_embed.pos_embed) * 0.5)
+    return model
+
+
+def swap_halves(t):
+    a, b = t.chunk(2, 0)
+    return torch.cat([b, a], 0)
+
+
+def to_sai(model):
+    """diffusers SD3Transformer2DModel state → Stability's single-file names."""
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out = {}
+    depth = len(model.transformer_blocks)
+
+    def mv(src, dst, f=lambda t: t):
+        out[dst] = f(sd.pop(src))
+
+    for s in ("weight", "bias"):
+        mv(f"pos_embed.proj.{s}", f"x_embedder.proj.{s}")
+        mv(f"time_text_embed.timestep_embedder.linear_1.{s}", f"t_embedder.mlp.0.{s}")
+        mv(f"time_text_embed.timestep_embedder.linear_2.{s}", f"t_embedder.mlp.2.{s}")
+        mv(f"time_text_embed.text_embedder.linear_1.{s}", f"y_embedder.mlp.0.{s}")
+        mv(f"time_text_embed.text_embedder.linear_2.{s}", f"y_embedder.mlp.2.{s}")
+        mv(f"context_embedder.{s}", f"context_embedder.{s}")
+        mv(f"norm_out.linear.{s}", f"final_layer.adaLN_modulation.1.{s}", swap_halves)
+        mv(f"proj_out.{s}", f"final_layer.linear.{s}")
+    mv("pos_embed.pos_embed", "pos_embed")
+    for i in range(depth):
+        p, x, c = f"transformer_blocks.{i}.", f"joint_blocks.{i}.x_block.", f"joint_blocks.{i}.context_block."
+        last = i + 1 == depth
+        for s in ("weight", "bias"):
+            mv(f"{p}norm1.linear.{s}", f"{x}adaLN_modulation.1.{s}")
+            mv(f"{p}norm1_context.linear.{s}", f"{c}adaLN_modulation.1.{s}", swap_halves if last else (lambda t: t))
+            out[f"{x}attn.qkv.{s}"] = torch.cat([sd.pop(f"{p}attn.to_{q}.{s}") for q in "qkv"], 0)
+            out[f"{c}attn.qkv.{s}"] = torch.cat([sd.pop(f"{p}attn.add_{q}_proj.{s}") for q in "qkv"], 0)
+            mv(f"{p}attn.to_out.0.{s}", f"{x}attn.proj.{s}")
+            mv(f"{p}ff.net.0.proj.{s}", f"{x}mlp.fc1.{s}")
+            mv(f"{p}ff.net.2.{s}", f"{x}mlp.fc2.{s}")
+            if not last:
+                mv(f"{p}attn.to_add_out.{s}", f"{c}attn.proj.{s}")
+                mv(f"{p}ff_context.net.0.proj.{s}", f"{c}mlp.fc1.{s}")
+                mv(f"{p}ff_context.net.2.{s}", f"{c}mlp.fc2.{s}")
+        for a, b in [("attn.norm_q", f"{x}attn.ln_q"), ("attn.norm_k", f"{x}attn.ln_k"),
+                     ("attn.norm_added_q", f"{c}attn.ln_q"), ("attn.norm_added_k", f"{c}attn.ln_k")]:
+            if f"{p}{a}.weight" in sd:
+                mv(f"{p}{a}.weight", f"{b}.weight")
+    assert not sd, sorted(sd)
+    return {"model.diffusion_model." + k: v.contiguous() for k, v in out.items()}
+
+
+def sdcli_sigmas(n, shift=3.0):
+    """sd-cli's `discrete` schedule for flow models: t = 999 … 0 evenly, σ = shift·s/(1 + (shift−1)s),
+    s = (t + 1)/1000 (the trailing 0 is the scheduler's)."""
+    ts = [999 - 999 / (n - 1) * i for i in range(n)]
+    return [shift * ((t + 1) / 1000) / (1 + (shift - 1) * ((t + 1) / 1000)) for t in ts]
+
+
+def clip_l_with_identity_projection():
+    base = CLIPTextModel.from_pretrained(f"{SD1}/text_encoder", torch_dtype=torch.float32).eval()
+    cfg = base.config
+    cfg.projection_dim = cfg.hidden_size
+    model = CLIPTextModelWithProjection(cfg).eval()
+    model.text_model.load_state_dict(base.state_dict())
+    with torch.no_grad():
+        model.text_projection.weight.copy_(torch.eye(cfg.hidden_size))
+    return model
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    clip_l = clip_l_with_identity_projection()
+    clip_g = CLIPTextModelWithProjection.from_pretrained(f"{SDXL}/text_encoder_2", torch_dtype=torch.float32).eval()
+    t5 = T5EncoderModel.from_pretrained(f"{PIXART}/text_encoder").eval()
+    vae = AutoencoderKL.from_pretrained(f"{FLUX}/vae").eval()
+    vae.register_to_config(scaling_factor=1.5305, shift_factor=0.0609)
+    sched = FlowMatchEulerDiscreteScheduler(shift=1.0)
+    models = {"sd3": transformer(41, None, ()), "sd35": transformer(42, "rms_norm", (0,))}
+    refs = {}
+    for name, model in models.items():
+        pipe = StableDiffusion3Pipeline(transformer=model, scheduler=sched, vae=vae, text_encoder=clip_l,
+                                        tokenizer=spf.tokenizer("<|endoftext|>"), text_encoder_2=clip_g,
+                                        tokenizer_2=spf.tokenizer("!"), text_encoder_3=t5,
+                                        tokenizer_3=T5TokenizerFast(tokenizer_file=T5_TOKENIZER))
+        with torch.no_grad():
+            image = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=STEPS, guidance_scale=CFG, height=H,
+                         width=W, sigmas=sdcli_sigmas(STEPS), max_sequence_length=77,
+                         generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
+            if name == "sd3":
+                ctx, _, pooled, _ = pipe.encode_prompt(PROMPT, PROMPT, PROMPT, do_classifier_free_guidance=False,
+                                                       max_sequence_length=77)
+                refs["context"], refs["pooled"] = ctx[0].contiguous(), pooled[0].contiguous()
+        refs[f"{name}_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+        print(name, "image", image.shape, float(image.min()), float(image.max()),
+              "saturated", float(((image <= 0) | (image >= 1)).mean()))
+        # One transformer call on random inputs.
+        torch.manual_seed(7)
+        x, c, p = torch.randn(1, 16, 8, 12), torch.randn(1, 9, 16), torch.randn(1, 20)
+        with torch.no_grad():
+            out = model(hidden_states=x, encoder_hidden_states=c, pooled_projections=p,
+                        timestep=torch.tensor([700.0])).sample
+        refs[f"{name}_call_x"], refs[f"{name}_call_ctx"], refs[f"{name}_call_pooled"] = x[0], c[0], p[0]
+        refs[f"{name}_call_out"] = out[0].contiguous()
+    # TAESD3 (--taesd): a 16-channel AutoencoderTiny (the FLUX fixtures' TAEF1 weights) decoding the
+    # sampler latent as it is.
+    from diffusers import AutoencoderTiny
+    tae = AutoencoderTiny.from_pretrained(f"{FLUX}/taef1").eval()
+    pipe = StableDiffusion3Pipeline(transformer=models["sd3"], scheduler=sched, vae=tae, text_encoder=clip_l,
+                                    tokenizer=spf.tokenizer("<|endoftext|>"), text_encoder_2=clip_g,
+                                    tokenizer_2=spf.tokenizer("!"), text_encoder_3=t5,
+                                    tokenizer_3=T5TokenizerFast(tokenizer_file=T5_TOKENIZER))
+    with torch.no_grad():
+        image = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=STEPS, guidance_scale=CFG, height=H,
+                     width=W, sigmas=sdcli_sigmas(STEPS), max_sequence_length=77,
+                     generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
+    refs["taesd3_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+    models["sd35"].save_pretrained(f"{OUT}/sd35/transformer", safe_serialization=True)
+    save_file(to_sai(models["sd3"]), f"{OUT}/sd3.safetensors")
+    save_file({k: v.float().contiguous() for k, v in refs.items()}, f"{OUT}/reference.safetensors")
+
+
+if __name__ == "__main__":
+    main()
