@@ -59,7 +59,7 @@ fn check_call(name: &str, m: &Sd3, runner: &Runner) {
             let lat = g.input_f32("x", x.ne, x.data.clone());
             let context = g.input_f32("ctx", [c.context_dim, ctx.ne[1], 1, 1], ctx.data.clone());
             let p = g.input_f32("pooled", [c.pooled_dim, 1, 1, 1], pooled.data.clone());
-            vec![m.forward(g, lat, context, p, &[0.7]).unwrap()]
+            vec![m.forward(g, lat, context, p, &[0.7], &[]).unwrap()]
         })
         .unwrap();
     let tokens = out.pop().unwrap();
@@ -162,4 +162,34 @@ fn taesd3_decodes_instead_of_the_vae() {
     let p = psnr(&img.data, &image_bytes(&tensor(&refs(), "taesd3_image")));
     eprintln!("TAESD3: PSNR {p:.1} dB");
     assert!(p >= 60.0, "TAESD3: PSNR {p:.1} dB");
+}
+
+/// Skip-layer guidance (`--slg-scale 2.5 --skip-layers [1] --skip-layer-start 0.2
+/// --skip-layer-end 0.9`: steps 2 and 3 of 4) against the reference loop.
+#[test]
+fn skip_layer_guidance_matches_the_reference_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let slg = [
+        "--slg-scale",
+        "2.5",
+        "--skip-layers",
+        "[1]",
+        "--skip-layer-start",
+        "0.2",
+        "--skip-layer-end",
+        "0.9",
+    ];
+    let img = run_with(
+        &dir().join("sd35/transformer"),
+        &slg,
+        &tmp.path().join("slg.png"),
+    );
+    let p = psnr(&img.data, &image_bytes(&tensor(&refs(), "slg_image")));
+    eprintln!("SLG: PSNR {p:.1} dB");
+    assert!(p >= 60.0, "SLG: PSNR {p:.1} dB");
+    let plain = run(
+        &dir().join("sd35/transformer"),
+        &tmp.path().join("plain.png"),
+    );
+    assert!(psnr(&img.data, &plain.data) < 50.0, "SLG changed nothing");
 }

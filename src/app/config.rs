@@ -353,6 +353,20 @@ impl RunConfig {
         plan.eta = s.eta;
         plan.custom_sigmas = s.sigmas.clone();
         plan.apply_extra_args(&s.extra);
+        let layers: Vec<usize> = s
+            .skip_layers
+            .iter()
+            .filter_map(|&l| usize::try_from(l).ok())
+            .collect();
+        if (s.slg_scale != 0.0 || s.extra.slg_uncond) && !layers.is_empty() {
+            plan.slg = Some(crate::sampling::SkipLayerGuidance {
+                layers,
+                scale: s.slg_scale,
+                start: s.skip_layer_start,
+                end: s.skip_layer_end,
+                uncond: s.extra.slg_uncond,
+            });
+        }
         plan
     }
 }

@@ -129,6 +129,9 @@ pub(crate) fn denoise<M: crate::sampling::GuidedModel>(
             p.step(s.step, shape, latent);
         }
     };
+    if job.plan.slg.is_some() && !crate::sampling::GuidedModel::can_skip_layers(&model) {
+        log::warn!("skip-layer guidance (--slg-scale) is not supported by this model; ignored");
+    }
     let mut denoiser = crate::sampling::GuidedDenoiser {
         model,
         prediction,
@@ -138,6 +141,7 @@ pub(crate) fn denoise<M: crate::sampling::GuidedModel>(
             mask: &m.data,
             init: job.init.map(|(latent, _)| latent.data.as_slice()),
         }),
+        slg: job.plan.slg.as_ref().map(|g| (g, sigmas.len())),
         on_step: &mut on_step,
     };
     let latent = job

@@ -188,6 +188,9 @@ pub struct ExtraSampleArgs {
     pub schedule: ScheduleOverrides,
     /// Sampler settings (defaults where not given); goes into `SamplerOptions::extra`.
     pub sampler: SamplerExtraArgs,
+    /// `slg_uncond`: skip-layer guidance also leaves the layers out of the unconditional
+    /// prediction.
+    pub slg_uncond: bool,
     /// Keys no layer knows, in order (the CLI may warn; upstream ignores them).
     pub unknown: Vec<String>,
 }
@@ -210,6 +213,14 @@ pub fn parse_extra_sample_args(
         .sampler
         .apply(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
     for (k, v) in pairs {
+        if k == "slg_uncond" {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" => out.slg_uncond = true,
+                "false" | "0" => out.slg_uncond = false,
+                _ => out.unknown.push(k.clone()),
+            }
+            continue;
+        }
         if not_sampler.contains(&k.as_str()) && !out.schedule.set(k, v)? {
             out.unknown.push(k.clone());
         }

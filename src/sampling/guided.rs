@@ -44,6 +44,11 @@ pub struct Needs {
     pub uncond: bool,
     /// The image-unconditional branch (edit models that support image guidance).
     pub img_uncond: bool,
+    /// Skip-layer guidance: also the conditional prediction with [`ModelCall::skip_layers`]
+    /// skipped.
+    pub skip_cond: bool,
+    /// `slg_uncond`: the unconditional prediction runs with the layers skipped.
+    pub skip_uncond: bool,
 }
 
 /// One model evaluation's inputs.
@@ -59,6 +64,8 @@ pub struct ModelCall<'a> {
     pub needs: Needs,
     /// `--guidance` for models with a distilled-guidance input.
     pub distilled_guidance: f32,
+    /// The blocks skip-layer guidance leaves out (when `needs` asks for it).
+    pub skip_layers: &'a [usize],
 }
 
 /// Raw model outputs of one step (each as long as the latent).
@@ -67,6 +74,8 @@ pub struct Predictions {
     pub cond: Vec<f32>,
     pub uncond: Option<Vec<f32>>,
     pub img_uncond: Option<Vec<f32>>,
+    /// The conditional prediction with the skip layers left out (skip-layer guidance).
+    pub skip_cond: Option<Vec<f32>>,
 }
 
 /// A family's model: raw predictions for the conditions a step needs (batched or one call
@@ -77,6 +86,33 @@ pub trait GuidedModel {
     /// Whether the model can predict the image-unconditional branch (edit models).
     fn has_image_branch(&self) -> bool {
         false
+    }
+
+    /// Whether the model can leave blocks out (skip-layer guidance).
+    fn can_skip_layers(&self) -> bool {
+        false
+    }
+}
+
+/// Skip-layer guidance (`--slg-scale`, `--skip-layers`, `--skip-layer-start/-end`), as
+/// upstream: on steps s (1-based) with ⌊start·n⌋ < s < ⌊end·n⌋, n the number of sigmas, the
+/// guided prediction gains `scale · (cond − cond without the layers)`; with `slg_uncond` the
+/// unconditional prediction runs without them instead.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SkipLayerGuidance {
+    pub layers: Vec<usize>,
+    pub scale: f32,
+    pub start: f32,
+    pub end: f32,
+    pub uncond: bool,
+}
+
+impl SkipLayerGuidance {
+    /// Whether step `step` of a schedule of `sigmas` values skips layers.
+    pub fn enabled(&self, step: usize, sigmas: usize) -> bool {
+        let start = (self.start * sigmas as f32) as i64;
+        let end = (self.end * sigmas as f32) as i64;
+        !self.layers.is_empty() && (step as i64) > start && (step as i64) < end
     }
 }
 
@@ -177,6 +213,8 @@ pub struct GuidedDenoiser<'a, M: GuidedModel> {
     pub guidance: Guidance,
     /// `--mask`: inpainting's blend of each denoised estimate.
     pub mask: Option<DenoiseMask<'a>>,
+    /// Skip-layer guidance and the schedule's length (sigmas) its window is measured in.
+    pub slg: Option<(&'a SkipLayerGuidance, usize)>,
     /// Called after each evaluation (progress bars, previews).
     pub on_step: &'a mut dyn FnMut(StepState<'_>),
 }
@@ -189,9 +227,15 @@ impl<M: GuidedModel> GuidedDenoiser<'_, M> {
         step: usize,
     ) -> Result<(Vec<f32>, Predictions), SamplingError> {
         let x_in = self.prediction.model_input(x, sigma);
+        let slg = self
+            .slg
+            .filter(|(g, n)| self.model.can_skip_layers() && g.enabled(step, *n))
+            .map(|(g, _)| g);
         let needs = Needs {
             uncond: self.guidance.needs_uncond(),
             img_uncond: self.model.has_image_branch() && self.guidance.img_scale != 1.0,
+            skip_cond: slg.is_some_and(|g| g.scale != 0.0),
+            skip_uncond: slg.is_some_and(|g| g.uncond) && self.guidance.needs_uncond(),
         };
         let call = ModelCall {
             x: &x_in,
@@ -200,12 +244,25 @@ impl<M: GuidedModel> GuidedDenoiser<'_, M> {
             step,
             needs,
             distilled_guidance: self.guidance.distilled,
+            skip_layers: slg.map_or(&[], |g| g.layers.as_slice()),
         };
         let preds = self
             .model
             .predict(call)
             .map_err(|message| SamplingError::Denoiser { sigma, message })?;
-        let guided = combine(&preds, &self.guidance)?;
+        let mut guided = combine(&preds, &self.guidance)?;
+        if let (Some(skip), Some(g)) = (&preds.skip_cond, slg) {
+            if skip.len() != guided.len() {
+                return Err(SamplingError::LengthMismatch {
+                    what: "skip-layer prediction vs cond",
+                    expected: guided.len(),
+                    got: skip.len(),
+                });
+            }
+            for ((o, c), s) in guided.iter_mut().zip(&preds.cond).zip(skip) {
+                *o += g.scale * (c - s);
+            }
+        }
         let mut denoised = self.prediction.to_denoised(&guided, x, sigma)?;
         if let Some(mask) = &self.mask {
             mask.apply(&mut denoised)?;
@@ -259,6 +316,7 @@ mod tests {
             cond: vec![3.0],
             uncond: u.map(|v| vec![v]),
             img_uncond: i.map(|v| vec![v]),
+            skip_cond: None,
         };
         assert_eq!(combine(&p(None, None), &g).unwrap(), vec![3.0]);
         assert_eq!(combine(&p(Some(2.0), None), &g).unwrap(), vec![4.0]);
@@ -271,6 +329,7 @@ mod tests {
             cond: vec![1.0, 2.0],
             uncond: Some(vec![1.0]),
             img_uncond: None,
+            skip_cond: None,
         };
         assert!(combine(&bad, &g).is_err());
     }
@@ -292,6 +351,7 @@ mod tests {
                     .uncond
                     .then(|| call.x.iter().map(|v| v - 1.0).collect()),
                 img_uncond: None,
+                skip_cond: None,
             })
         }
     }
@@ -310,6 +370,7 @@ mod tests {
             schedule: &schedule,
             guidance: Guidance::cfg(3.0),
             mask: None,
+            slg: None,
             on_step: &mut on_step,
         };
         let x = [0.5f32];

@@ -30,7 +30,8 @@ pub use extra_args::{
     parse_extra_sample_args, split_extra_sample_args, ExtraSampleArgs, ScheduleOverrides,
 };
 pub use guided::{
-    DenoiseMask, Guidance, GuidedDenoiser, GuidedModel, ModelCall, Needs, Predictions, StepState,
+    DenoiseMask, Guidance, GuidedDenoiser, GuidedModel, ModelCall, Needs, Predictions,
+    SkipLayerGuidance, StepState,
 };
 pub use plan::{custom_sigmas, parse_sigmas_arg, SamplingPlan};
 pub use samplers::SamplerExtraArgs;

@@ -71,6 +71,8 @@ pub struct SamplingPlan {
     pub sampler_args: SamplerExtraArgs,
     /// `--sigmas`, already checked by [`custom_sigmas`]; replaces the schedule.
     pub custom_sigmas: Option<Vec<f32>>,
+    /// Skip-layer guidance (`--slg-scale` with `--skip-layers`), for models that can skip.
+    pub slg: Option<super::SkipLayerGuidance>,
 }
 
 impl SamplingPlan {
@@ -84,6 +86,7 @@ impl SamplingPlan {
             schedule_opts: ScheduleOptions::default(),
             sampler_args: SamplerExtraArgs::default(),
             custom_sigmas: None,
+            slg: None,
         }
     }
 

@@ -104,6 +104,30 @@ def sdcli_sigmas(n, shift=3.0):
     return [shift * ((t + 1) / 1000) / (1 + (shift - 1) * ((t + 1) / 1000)) for t in ts]
 
 
+def slg_reference(model, pipe, vae, scale, layers, start, end):
+    """CFG plus sd-cli's skip-layer guidance as a loop over diffusers' transformer: on steps s
+    (1-based) with int(start*n) < s < int(end*n), n = the number of sigmas, the guided velocity gains
+    scale * (cond - cond without `layers`) (diffusers' pipeline counts its window differently)."""
+    f = 2 ** (len(vae.config.block_out_channels) - 1)
+    lh, lw = H // f, W // f
+    with torch.no_grad():
+        ctx, nctx, pooled, npooled = pipe.encode_prompt(PROMPT, PROMPT, PROMPT, do_classifier_free_guidance=True,
+                                                        negative_prompt=NEGATIVE, negative_prompt_2=NEGATIVE,
+                                                        negative_prompt_3=NEGATIVE, max_sequence_length=77)
+        sig = sdcli_sigmas(STEPS) + [0.0]
+        x = torch.randn(1, 16, lh, lw, generator=torch.Generator().manual_seed(SEED)) * sig[0]
+        run = lambda e, p, skip=None: model(hidden_states=x, encoder_hidden_states=e, pooled_projections=p,  # noqa
+                                            timestep=torch.tensor([sig[i] * 1000]), skip_layers=skip).sample
+        for i in range(STEPS):
+            c, u = run(ctx, pooled), run(nctx, npooled)
+            v = u + CFG * (c - u)
+            if int(start * len(sig)) < i + 1 < int(end * len(sig)):
+                v = v + scale * (c - run(ctx, pooled, layers))
+            x = x + (sig[i + 1] - sig[i]) * v
+        image = (vae.decode(x / 1.5305 + 0.0609).sample / 2 + 0.5).clamp(0, 1)
+    return image[0]
+
+
 def clip_l_with_identity_projection():
     base = CLIPTextModel.from_pretrained(f"{SD1}/text_encoder", torch_dtype=torch.float32).eval()
     cfg = base.config
@@ -149,6 +173,13 @@ def main():
                         timestep=torch.tensor([700.0])).sample
         refs[f"{name}_call_x"], refs[f"{name}_call_ctx"], refs[f"{name}_call_pooled"] = x[0], c[0], p[0]
         refs[f"{name}_call_out"] = out[0].contiguous()
+    # Skip-layer guidance on the SD3.5-like model: --slg-scale 2.5 --skip-layers [1] over (0.2, 0.9).
+    pipe = StableDiffusion3Pipeline(transformer=models["sd35"], scheduler=sched, vae=vae, text_encoder=clip_l,
+                                    tokenizer=spf.tokenizer("<|endoftext|>"), text_encoder_2=clip_g,
+                                    tokenizer_2=spf.tokenizer("!"), text_encoder_3=t5,
+                                    tokenizer_3=T5TokenizerFast(tokenizer_file=T5_TOKENIZER))
+    refs["slg_image"] = slg_reference(models["sd35"], pipe, vae, 2.5, [1], 0.2, 0.9).contiguous()
+
     # TAESD3 (--taesd): a 16-channel AutoencoderTiny (the FLUX fixtures' TAEF1 weights) decoding the
     # sampler latent as it is.
     from diffusers import AutoencoderTiny

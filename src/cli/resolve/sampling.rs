@@ -8,14 +8,13 @@ use crate::rng::RngKind;
 use crate::sampling::{custom_sigmas, ExtraSampleArgs, SamplerKind, ScheduleKind};
 
 /// `--extra-sample-args` keys upstream defines for features this build does not have yet
-/// (guidance schedules, APG, SLG): accepted, with a warning that they do nothing.
+/// (guidance schedules, APG): accepted, with a warning that they do nothing.
 const NO_EFFECT_KEYS: &[&str] = &[
     "guidance_schedule",
     "apg_eta",
     "apg_momentum",
     "apg_norm_threshold",
     "apg_norm_threshold_smoothing",
-    "slg_uncond",
     "sefi_alpha",
     "sefi_delta_t",
 ];

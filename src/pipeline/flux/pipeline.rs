@@ -594,6 +594,7 @@ impl GuidedModel for FluxModel<'_> {
             cond,
             uncond,
             img_uncond: None,
+            skip_cond: None,
         })
     }
 }

@@ -380,6 +380,7 @@ impl GuidedModel for PixArtModel<'_> {
             cond: out[..n].to_vec(),
             uncond: (batch == 2).then(|| out[n..].to_vec()),
             img_uncond: None,
+            skip_cond: None,
         })
     }
 }

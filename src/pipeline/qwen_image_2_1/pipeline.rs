@@ -451,6 +451,7 @@ impl GuidedModel for QwenModel<'_> {
             cond,
             uncond,
             img_uncond: None,
+            skip_cond: None,
         })
     }
 }

@@ -542,6 +542,7 @@ impl GuidedModel for UNetModel<'_> {
             cond,
             uncond,
             img_uncond: None,
+            skip_cond: None,
         })
     }
 }

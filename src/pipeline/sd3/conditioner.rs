@@ -135,8 +135,8 @@ impl Sd3Conditioner {
         let mut pooled = None;
         for i in 0..n {
             let part = |enc: &Option<ClipEncoder>,
-                            chunks: &[PromptChunk],
-                            w: usize|
+                        chunks: &[PromptChunk],
+                        w: usize|
              -> Result<(Vec<f32>, Vec<f32>)> {
                 match (enc, chunks.get(i)) {
                     (Some(e), Some(ch)) => {

@@ -206,6 +206,7 @@ impl Sd3Pipeline {
         lat: (usize, usize, usize),
         cond: &Sd3Condition,
         sigma: f32,
+        skip: &[usize],
     ) -> Result<Vec<f32>> {
         let (w, h, ch) = lat;
         let c = self.dit.model.config();
@@ -215,7 +216,7 @@ impl Sd3Pipeline {
             let latent = g.input_f32("sd3.x", [w, h, ch, 1], x.to_vec());
             let context = g.input_f32("sd3.context", cond.context.ne, cond.context.data.clone());
             let pooled = g.input_f32("sd3.pooled", [c.pooled_dim, 1, 1, 1], cond.pooled.clone());
-            match model.forward(g, latent, context, pooled, &[sigma]) {
+            match model.forward(g, latent, context, pooled, &[sigma], skip) {
                 Ok(t) => vec![t],
                 Err(e) => {
                     error = Some(e);
@@ -296,14 +297,24 @@ struct Sd3Model<'a> {
 
 impl GuidedModel for Sd3Model<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
-        let run = |c: &Sd3Condition| {
+        let run = |c: &Sd3Condition, skip: &[usize]| {
             self.pipe
-                .velocity(call.x, self.lat, c, call.sigma)
+                .velocity(call.x, self.lat, c, call.sigma, skip)
                 .map_err(|e| format!("{e:#}"))
         };
-        let cond = run(self.cond)?;
+        let cond = run(self.cond, &[])?;
+        let skip_cond = call
+            .needs
+            .skip_cond
+            .then(|| run(self.cond, call.skip_layers))
+            .transpose()?;
+        let uncond_skip = if call.needs.skip_uncond {
+            call.skip_layers
+        } else {
+            &[]
+        };
         let uncond = match (call.needs.uncond, self.uncond) {
-            (true, Some(u)) => Some(run(u)?),
+            (true, Some(u)) => Some(run(u, uncond_skip)?),
             (true, None) => {
                 return Err(
                     "the unconditional prediction was asked without a negative prompt".into(),
@@ -315,7 +326,12 @@ impl GuidedModel for Sd3Model<'_> {
             cond,
             uncond,
             img_uncond: None,
+            skip_cond,
         })
+    }
+
+    fn can_skip_layers(&self) -> bool {
+        true
     }
 }
 

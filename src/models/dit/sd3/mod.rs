@@ -132,7 +132,8 @@ impl Sd3 {
     }
 
     /// The velocity tokens [p·p·C, N, B] for a latent [W, H, C, B], text [context_dim, L, B],
-    /// pooled [pooled_dim, B] and σ per batch element (the model sees t = 1000σ).
+    /// pooled [pooled_dim, B] and σ per batch element (the model sees t = 1000σ), without the
+    /// blocks in `skip_layers`.
     pub fn forward<'g>(
         &self,
         g: &'g GraphCtx<'g>,
@@ -140,6 +141,7 @@ impl Sd3 {
         context: Tensor<'g>,
         pooled: Tensor<'g>,
         sigmas: &[f32],
+        skip_layers: &[usize],
     ) -> Result<Tensor<'g>, RunnerError> {
         let c = &self.config;
         let d = c.hidden_size;
@@ -187,6 +189,9 @@ impl Sd3 {
         let mut x = g.cut(&prelude, "x", g.add(x, pos));
         let mut ctx = g.cut(&prelude, "ctx", self.context_embedder.forward(g, context));
         for (i, block) in self.blocks.iter().enumerate() {
+            if skip_layers.contains(&i) {
+                continue; // skip-layer guidance leaves the block out
+            }
             let group = format!("{CUT_PREFIX}.joint_blocks.{i}");
             let (xi, ci) = block.forward(g, x, ctx, vec, c);
             x = g.cut(&group, "x", xi);
