@@ -61,6 +61,7 @@ fn pixart_cfg_pp_matches_the_transcription() {
             embd_dir: None,
             lora: None,
             taesd_preview_only: false,
+            flow_shift: None,
         },
     )
     .unwrap();

@@ -146,6 +146,7 @@ fn pipeline_of(transformer: &Path) -> FluxPipeline {
             embd_dir: None,
             lora: None,
             taesd_preview_only: false,
+            flow_shift: None,
         },
     )
     .expect("FLUX pipeline loads")

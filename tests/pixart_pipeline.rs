@@ -63,6 +63,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan) -> PixArtPipeline {
             embd_dir: None,
             lora: None,
             taesd_preview_only: false,
+            flow_shift: None,
         },
     )
     .expect("pipeline loads")

@@ -193,3 +193,20 @@ fn skip_layer_guidance_matches_the_reference_loop() {
     );
     assert!(psnr(&img.data, &plain.data) < 50.0, "SLG changed nothing");
 }
+
+/// `--flow-shift 2` replaces SD3's shift 3 in the `discrete` schedule.
+#[test]
+fn flow_shift_overrides_the_default_shift() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = run_with(
+        &dir().join("sd3.safetensors"),
+        &["--flow-shift", "2"],
+        &tmp.path().join("shift.png"),
+    );
+    let p = psnr(
+        &img.data,
+        &image_bytes(&tensor(&refs(), "sd3_shift2_image")),
+    );
+    eprintln!("--flow-shift 2: PSNR {p:.1} dB");
+    assert!(p >= 60.0, "--flow-shift 2: PSNR {p:.1} dB");
+}

@@ -94,6 +94,7 @@ fn load(model: &Path, embd_dir: Option<&Path>) -> SdPipeline {
             embd_dir,
             lora: None,
             taesd_preview_only: false,
+            flow_shift: None,
         },
     )
     .expect("pipeline loads")

@@ -64,6 +64,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan, clip_skip: Option<u32>) -> S
             embd_dir: None,
             lora: None,
             taesd_preview_only: false,
+            flow_shift: None,
         },
     )
     .expect("pipeline loads")

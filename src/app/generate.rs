@@ -42,6 +42,12 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let diffusion = open_diffusion(cfg)?;
     let family = registry::detect(&diffusion).ok_or_else(|| unrecognised(&diffusion))?;
     log::debug!("model family: {}", family.name());
+    if cfg.sampling.flow_shift.is_some() && family.defaults().flow_shift.is_none() {
+        log::warn!(
+            "--flow-shift has no effect on {} (not a shifted flow model); ignored",
+            family.name()
+        );
+    }
     family.check_inputs(&InputSummary {
         init_image: init.is_some(),
         references: refs.len(),
@@ -80,6 +86,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         embd_dir: cfg.models.embd_dir.as_deref(),
         lora: loras.set.clone(),
         taesd_preview_only: cfg.output.taesd_preview_only,
+        flow_shift: cfg.sampling.flow_shift,
     };
     let mut generator = family.load(&files, &ctx)?;
     drop(files);

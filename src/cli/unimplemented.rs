@@ -7,7 +7,6 @@ use crate::app::{Mode, RunConfig};
 /// [`unimplemented_flags`] reports the ones a run actually used.
 pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--img-cfg-scale",
-    "--flow-shift",
     "--timestep-shift",
     "--clip_vision",
     "--diffusion-conv-direct",

@@ -134,6 +134,8 @@ pub struct LoadContext<'a> {
     pub lora: Option<Rc<LoraSet>>,
     /// `--taesd-preview-only`: TAESD draws the previews, the VAE the final image.
     pub taesd_preview_only: bool,
+    /// `--flow-shift`: overrides a flow model's shift (what the `discrete` schedule reads).
+    pub flow_shift: Option<f32>,
 }
 
 impl LoadContext<'_> {

@@ -80,6 +80,7 @@ pub fn qwen_pipeline(
             embd_dir: None,
             lora: None,
             taesd_preview_only: false,
+            flow_shift: None,
         },
     )
     .expect("pipeline loads")

@@ -162,6 +162,12 @@ def main():
                 ctx, _, pooled, _ = pipe.encode_prompt(PROMPT, PROMPT, PROMPT, do_classifier_free_guidance=False,
                                                        max_sequence_length=77)
                 refs["context"], refs["pooled"] = ctx[0].contiguous(), pooled[0].contiguous()
+        if name == "sd3":
+            with torch.no_grad():
+                img2 = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=STEPS, guidance_scale=CFG, height=H,
+                            width=W, sigmas=sdcli_sigmas(STEPS, 2.0), max_sequence_length=77,
+                            generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
+            refs["sd3_shift2_image"] = torch.from_numpy(np.ascontiguousarray(img2)).float().permute(2, 0, 1).contiguous()
         refs[f"{name}_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
         print(name, "image", image.shape, float(image.min()), float(image.max()),
               "saturated", float(((image <= 0) | (image >= 1)).mean()))

@@ -209,7 +209,7 @@ impl FluxPipeline {
                 "the FLUX transformer gives {packed} channels per token, not 2x2 patches"
             )));
         }
-        let shift = flow_shift(c);
+        let shift = ctx.flow_shift.unwrap_or_else(|| flow_shift(c));
         let chroma = c
             .chroma
             .map(|_| super::chroma::text_settings(ctx.model_args));

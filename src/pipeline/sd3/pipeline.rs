@@ -183,7 +183,9 @@ impl Sd3Pipeline {
         };
         Ok(Self {
             text,
-            schedule: ModelSchedule::Flow { shift: FLOW_SHIFT },
+            schedule: ModelSchedule::Flow {
+                shift: ctx.flow_shift.unwrap_or(FLOW_SHIFT),
+            },
             prediction: ctx.prediction.unwrap_or(Prediction::Sd3Flow),
             dit,
             vae,
