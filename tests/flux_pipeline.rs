@@ -323,3 +323,28 @@ fn chroma_folder_and_single_file_match_the_reference_loop() {
     );
     check_image("Chroma (BFL single file)", &img, "chroma_image");
 }
+
+/// A diffusers/PEFT LoRA (split q/k/v, the single blocks' MLP input) on the BFL schnell file,
+/// whose fused `qkv` / `linear1` weights take it on row slices, merged and at run time.
+#[test]
+fn peft_lora_lands_on_fused_bfl_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let loras = dir().join("loras");
+    for mode in ["immediately", "at_runtime"] {
+        let img = run(
+            &["--diffusion-model", s(&dir().join("schnell.safetensors"))],
+            &[
+                "--lora-model-dir",
+                s(&loras),
+                "--lora-apply-mode",
+                mode,
+                "-p",
+                &format!("{PROMPT}<lora:flux_peft:1>"),
+            ],
+            &tmp.path().join(format!("lora_{mode}.png")),
+        );
+        check_image(&format!("FLUX LoRA ({mode})"), &img, "lora_image");
+        let plain = image_bytes(&tensor(&refs(), "schnell_image"));
+        assert!(psnr(&img.data, &plain) < 50.0, "the LoRA changed nothing");
+    }
+}

@@ -324,6 +324,30 @@ def main():
             refs["t5"] = emb[0].contiguous()
             refs["pooled"] = pooled[0].contiguous()
 
+    # LoRA (diffusers/PEFT names, no alpha: scale 1) on the schnell model, whose BFL file fuses
+    # q/k/v (double blocks) and q/k/v + MLP input (single blocks): the LoRA lands on row slices.
+    torch.manual_seed(36)
+    targets = ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.to_v", "transformer_blocks.1.attn.add_k_proj",
+               "transformer_blocks.0.attn.to_out.0", "single_transformer_blocks.0.attn.to_k",
+               "single_transformer_blocks.1.proj_mlp", "single_transformer_blocks.0.proj_out", "x_embedder"]
+    lora = {}
+    lora_model = transformer(32, False)
+    with torch.no_grad():
+        mods = dict(lora_model.named_modules())
+        for t in targets:
+            w = mods[t].weight
+            a = torch.randn(2, w.shape[1]) * 0.2
+            b = torch.randn(w.shape[0], 2) * 0.2
+            w.add_(b @ a)
+            lora[f"transformer.{t}.lora_A.weight"] = a.contiguous()
+            lora[f"transformer.{t}.lora_B.weight"] = b.contiguous()
+    os.makedirs(f"{OUT}/loras", exist_ok=True)
+    save_file(lora, f"{OUT}/loras/flux_peft.safetensors")
+    pipe = FluxPipeline(scheduler=sched, vae=ae, text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,
+                        tokenizer_2=t5_tok, transformer=lora_model)
+    image, _ = run_pipeline(pipe, 0.0)
+    refs["lora_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+
     # Kontext: the dev model with a reference image (index 1 positions, tokens after the target's).
     os.makedirs(OUT, exist_ok=True)
     pipe = FluxKontextPipeline(scheduler=sched, vae=ae, text_encoder=clip, tokenizer=clip_tok, text_encoder_2=t5,

@@ -83,6 +83,10 @@ impl Family for ChromaFamily {
         PromptTemplate::Raw
     }
 
+    fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
+        &[crate::pipeline::lora::names::flux]
+    }
+
     fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>> {
         Ok(Box::new(FluxPipeline::load(files, ctx)?))
     }

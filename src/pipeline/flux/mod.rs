@@ -115,6 +115,13 @@ impl Family for FluxFamily {
         PromptTemplate::Raw
     }
 
+    fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
+        &[
+            crate::pipeline::lora::names::flux,
+            crate::pipeline::lora::names::clip,
+        ]
+    }
+
     fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>> {
         Ok(Box::new(FluxPipeline::load(files, ctx)?))
     }

@@ -7,12 +7,33 @@
 
 use crate::weights::names::{PIXART_BLOCK, PIXART_TOP};
 
+/// Rows `index·R/of .. (index + span)·R/of` of a weight with R rows: a part of a fused weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowSlice {
+    pub index: usize,
+    pub of: usize,
+    pub span: usize,
+}
+
+impl RowSlice {
+    /// Slice `index` of `of` equal ones.
+    pub const fn one(index: usize, of: usize) -> RowSlice {
+        RowSlice { index, of, span: 1 }
+    }
+
+    /// (first row, rows) of this slice of `rows` rows.
+    pub fn rows(&self, rows: usize) -> (usize, usize) {
+        let unit = rows / self.of.max(1);
+        (self.index * unit, self.span * unit)
+    }
+}
+
 /// Another name of a module (dotted, without `.weight`), and the part of the module's rows it
-/// covers: part `i` of `n` equal row slices.
+/// covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Alias {
     pub name: String,
-    pub part: Option<(usize, usize)>,
+    pub part: Option<RowSlice>,
 }
 
 impl Alias {
@@ -260,7 +281,7 @@ fn pixart_one(name: &str) -> Vec<Alias> {
         .filter(|(_, o, _)| *o == tail)
         .map(|(d, _, part)| Alias {
             name: format!("transformer_blocks.{idx}.{}", d.trim_end_matches('.')),
-            part: *part,
+            part: part.map(|(i, n)| RowSlice::one(i, n)),
         })
         .collect();
     if out.is_empty() {
@@ -283,15 +304,145 @@ fn qwen_gate_up(name: &str) -> Vec<Alias> {
         Some(head) => vec![
             Alias {
                 name: format!("{head}.gate_layer"),
-                part: Some((0, 2)),
+                part: Some(RowSlice::one(0, 2)),
             },
             Alias {
                 name: format!("{head}.proj"),
-                part: Some((1, 2)),
+                part: Some(RowSlice::one(1, 2)),
             },
         ],
         None => Vec::new(),
     }
+}
+
+/// FLUX.1 / Chroma whole modules: BFL name ↔ diffusers name, inside a double block, a single
+/// block, or at the top.
+const FLUX_DOUBLE: [(&str, &str); 10] = [
+    ("img_attn.proj", "attn.to_out.0"),
+    ("txt_attn.proj", "attn.to_add_out"),
+    ("img_mlp.0", "ff.net.0.proj"),
+    ("img_mlp.2", "ff.net.2"),
+    ("txt_mlp.0", "ff_context.net.0.proj"),
+    ("txt_mlp.2", "ff_context.net.2"),
+    ("img_mod.lin", "norm1.linear"),
+    ("txt_mod.lin", "norm1_context.linear"),
+    ("img_attn.qkv", ""),
+    ("txt_attn.qkv", ""),
+];
+const FLUX_SINGLE: [(&str, &str); 2] = [("linear2", "proj_out"), ("modulation.lin", "norm.linear")];
+const FLUX_TOP: [(&str, &str); 9] = [
+    ("img_in", "x_embedder"),
+    ("txt_in", "context_embedder"),
+    (
+        "time_in.in_layer",
+        "time_text_embed.timestep_embedder.linear_1",
+    ),
+    (
+        "time_in.out_layer",
+        "time_text_embed.timestep_embedder.linear_2",
+    ),
+    (
+        "vector_in.in_layer",
+        "time_text_embed.text_embedder.linear_1",
+    ),
+    (
+        "vector_in.out_layer",
+        "time_text_embed.text_embedder.linear_2",
+    ),
+    (
+        "guidance_in.in_layer",
+        "time_text_embed.guidance_embedder.linear_1",
+    ),
+    (
+        "guidance_in.out_layer",
+        "time_text_embed.guidance_embedder.linear_2",
+    ),
+    ("final_layer.linear", "proj_out"),
+];
+
+/// FLUX.1 and Chroma: a BFL-layout module's diffusers names (the fused `qkv` and single-block
+/// `linear1` as row slices: q, k, v, and the MLP input four times as wide, FLUX's ratio) and a
+/// diffusers-layout module's BFL name (whole modules only).
+pub fn flux(names: &[&str]) -> Vec<Vec<Alias>> {
+    each(names, flux_one)
+}
+
+fn flux_one(name: &str) -> Vec<Alias> {
+    let whole = |n: String| vec![Alias::whole(n)];
+    let slices = |head: String, parts: &[&str], of: usize, last_span: usize| -> Vec<Alias> {
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Alias {
+                name: format!("{head}.{p}"),
+                part: Some(RowSlice {
+                    index: i,
+                    of,
+                    span: if i + 1 == parts.len() { last_span } else { 1 },
+                }),
+            })
+            .collect()
+    };
+    if let Some((_, d)) = FLUX_TOP.iter().find(|(b, _)| *b == name) {
+        return whole(d.to_string());
+    }
+    if let Some((b, _)) = FLUX_TOP.iter().find(|(_, d)| *d == name) {
+        return whole(b.to_string());
+    }
+    if let Some((i, rest)) = name.strip_prefix("double_blocks.").and_then(index_rest) {
+        let head = format!("transformer_blocks.{i}");
+        return match rest {
+            "img_attn.qkv" => slices(format!("{head}.attn"), &["to_q", "to_k", "to_v"], 3, 1),
+            "txt_attn.qkv" => slices(
+                format!("{head}.attn"),
+                &["add_q_proj", "add_k_proj", "add_v_proj"],
+                3,
+                1,
+            ),
+            _ => FLUX_DOUBLE
+                .iter()
+                .find(|(b, d)| *b == rest && !d.is_empty())
+                .map_or_else(Vec::new, |(_, d)| whole(format!("{head}.{d}"))),
+        };
+    }
+    if let Some((i, rest)) = name
+        .strip_prefix("transformer_blocks.")
+        .and_then(index_rest)
+    {
+        return FLUX_DOUBLE
+            .iter()
+            .find(|(_, d)| *d == rest && !d.is_empty())
+            .map_or_else(Vec::new, |(b, _)| whole(format!("double_blocks.{i}.{b}")));
+    }
+    if let Some((i, rest)) = name.strip_prefix("single_blocks.").and_then(index_rest) {
+        let head = format!("single_transformer_blocks.{i}");
+        if rest == "linear1" {
+            let mut out = slices(format!("{head}.attn"), &["to_q", "to_k", "to_v"], 7, 1);
+            out.push(Alias {
+                name: format!("{head}.proj_mlp"),
+                part: Some(RowSlice {
+                    index: 3,
+                    of: 7,
+                    span: 4,
+                }),
+            });
+            return out;
+        }
+        return FLUX_SINGLE
+            .iter()
+            .find(|(b, _)| *b == rest)
+            .map_or_else(Vec::new, |(_, d)| whole(format!("{head}.{d}")));
+    }
+    if let Some((i, rest)) = name
+        .strip_prefix("single_transformer_blocks.")
+        .and_then(index_rest)
+    {
+        return FLUX_SINGLE
+            .iter()
+            .find(|(_, d)| *d == rest)
+            .map_or_else(Vec::new, |(b, _)| whole(format!("single_blocks.{i}.{b}")));
+    }
+    Vec::new()
 }
 
 #[cfg(test)]
@@ -310,6 +461,23 @@ mod tests {
             .collect();
         out.extend(unet_diffusers_to_ldm(name, 3).into_iter().map(Alias::whole));
         out
+    }
+
+    #[test]
+    fn flux_fused_modules_take_their_row_slices() {
+        let a = flux_one("single_blocks.3.linear1");
+        assert_eq!(a.len(), 4);
+        assert_eq!(a[3].name, "single_transformer_blocks.3.proj_mlp");
+        assert_eq!(a[3].part.unwrap().rows(7 * 8), (3 * 8, 4 * 8));
+        assert_eq!(a[1].part.unwrap().rows(7 * 8), (8, 8));
+        let q = flux_one("double_blocks.0.txt_attn.qkv");
+        assert_eq!(q[2].name, "transformer_blocks.0.attn.add_v_proj");
+        assert_eq!(
+            names(flux_one("transformer_blocks.1.attn.to_out.0")),
+            ["double_blocks.1.img_attn.proj"]
+        );
+        assert_eq!(names(flux_one("img_in")), ["x_embedder"]);
+        assert!(flux_one("transformer_blocks.0.attn.to_q").is_empty());
     }
 
     #[test]
@@ -389,7 +557,7 @@ mod tests {
         let a = pixart_one("blocks.3.attn.qkv");
         assert_eq!(a.len(), 3);
         assert_eq!(a[1].name, "transformer_blocks.3.attn1.to_k");
-        assert_eq!(a[1].part, Some((1, 3)));
+        assert_eq!(a[1].part, Some(RowSlice::one(1, 3)));
         assert_eq!(
             names(pixart_one("t_embedder.mlp.0")),
             vec!["adaln_single.emb.timestep_embedder.linear_1"]

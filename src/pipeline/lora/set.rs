@@ -7,7 +7,7 @@ use std::rc::Rc;
 use super::delta::{self, Target};
 use super::file::{LoraFile, ModuleKey};
 use super::keys::{flatten, LoraTarget};
-use super::names::AliasRule;
+use super::names::{AliasRule, RowSlice};
 use super::LoraError;
 use crate::pipeline::components::ComponentId;
 use crate::runner::adapters::{DeclaredWeight, WeightPatch, WeightRole};
@@ -116,8 +116,8 @@ struct Match {
     file: usize,
     module: ModuleKey,
     weight: usize,
-    /// Part `i` of `n` of the weight's rows.
-    part: Option<(usize, usize)>,
+    /// The part of the weight's rows it covers.
+    part: Option<RowSlice>,
     /// The weight is the module's bias (`.diff_b`).
     bias: bool,
 }
@@ -129,14 +129,14 @@ struct ComponentLora {
     matches: RefCell<Vec<Match>>,
 }
 
-fn target_of(w: &DeclaredWeight, part: Option<(usize, usize)>) -> Target {
+fn target_of(w: &DeclaredWeight, part: Option<RowSlice>) -> Target {
     let (rows, cols) = w.rows_cols();
     let kernel = match w.role {
         WeightRole::Conv { kernel: (kw, kh) } => kw * kh,
         _ if w.ne[2] > 1 || w.ne[3] > 1 => w.ne[0] * w.ne[1],
         _ => 1,
     };
-    let rows = part.map_or(rows, |(_, n)| rows / n.max(1));
+    let rows = part.map_or(rows, |p| p.rows(rows).1);
     Target { rows, cols, kernel }
 }
 
@@ -200,7 +200,7 @@ impl ComponentLora {
 
 #[derive(Default)]
 struct IndexMaps {
-    weights: HashMap<String, (usize, Option<(usize, usize)>)>,
+    weights: HashMap<String, (usize, Option<RowSlice>)>,
     biases: HashMap<String, usize>,
 }
 
@@ -223,7 +223,7 @@ impl WeightAdapters for ComponentLora {
                     if let Some(&(wi, part)) = maps.weights.get(&key.1) {
                         let t = target_of(&weights[wi], part);
                         let (rows, _) = weights[wi].rows_cols();
-                        if part.is_some_and(|(_, n)| rows % n != 0) {
+                        if part.is_some_and(|p| rows % p.of.max(1) != 0) {
                             let reason = format!("its rows do not split into {part:?}");
                             return Err(self.shape_error(file, key, &weights[wi], reason));
                         }
@@ -282,7 +282,7 @@ impl WeightAdapters for ComponentLora {
             }
             .map_err(|r| self.shape_error(file, &m.module, w, r))?;
             out.push(WeightPatch {
-                row0: m.part.map_or(0, |(i, _)| i * t.rows),
+                row0: m.part.map_or(0, |p| p.rows(w.rows_cols().0).0),
                 rows: t.rows,
                 delta,
             });
