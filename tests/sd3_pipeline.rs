@@ -210,3 +210,20 @@ fn flow_shift_overrides_the_default_shift() {
     eprintln!("--flow-shift 2: PSNR {p:.1} dB");
     assert!(p >= 60.0, "--flow-shift 2: PSNR {p:.1} dB");
 }
+
+/// A diffusers/PEFT LoRA (split q/k/v, a feed-forward, the patch convolution) on the
+/// Stability single file, whose fused `qkv` takes it on row thirds.
+#[test]
+fn peft_lora_lands_on_the_fused_single_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let loras = dir().join("loras");
+    let prompt = format!("{PROMPT}<lora:sd3_peft:1>");
+    let img = run_with(
+        &dir().join("sd3.safetensors"),
+        &["--lora-model-dir", s(&loras), "-p", &prompt],
+        &tmp.path().join("lora.png"),
+    );
+    let p = psnr(&img.data, &image_bytes(&tensor(&refs(), "lora_image")));
+    eprintln!("SD3 LoRA: PSNR {p:.1} dB");
+    assert!(p >= 60.0, "SD3 LoRA: PSNR {p:.1} dB");
+}

@@ -179,6 +179,34 @@ def main():
                         timestep=torch.tensor([700.0])).sample
         refs[f"{name}_call_x"], refs[f"{name}_call_ctx"], refs[f"{name}_call_pooled"] = x[0], c[0], p[0]
         refs[f"{name}_call_out"] = out[0].contiguous()
+    # A diffusers/PEFT LoRA (no alpha: scale 1) on the SD3 model, whose Stability file fuses q/k/v.
+    import copy
+    torch.manual_seed(43)
+    lora_model = copy.deepcopy(models["sd3"])
+    lora = {}
+    with torch.no_grad():
+        mods = dict(lora_model.named_modules())
+        for t in ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.add_v_proj",
+                  "transformer_blocks.1.attn.to_k", "transformer_blocks.0.ff.net.2", "pos_embed.proj"]:
+            w = mods[t].weight
+            flat = w.reshape(w.shape[0], -1)
+            a = torch.randn(2, flat.shape[1]) * 0.2
+            b = torch.randn(w.shape[0], 2) * 0.2
+            w.add_((b @ a).reshape(w.shape))
+            lora[f"transformer.{t}.lora_A.weight"] = a.reshape(2, *w.shape[1:]).contiguous()
+            lora[f"transformer.{t}.lora_B.weight"] = b.reshape(w.shape[0], 2, *([1] * (w.dim() - 2))).contiguous()
+    os.makedirs(f"{OUT}/loras", exist_ok=True)
+    save_file(lora, f"{OUT}/loras/sd3_peft.safetensors")
+    pipe = StableDiffusion3Pipeline(transformer=lora_model, scheduler=sched, vae=vae, text_encoder=clip_l,
+                                    tokenizer=spf.tokenizer("<|endoftext|>"), text_encoder_2=clip_g,
+                                    tokenizer_2=spf.tokenizer("!"), text_encoder_3=t5,
+                                    tokenizer_3=T5TokenizerFast(tokenizer_file=T5_TOKENIZER))
+    with torch.no_grad():
+        image = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=STEPS, guidance_scale=CFG, height=H,
+                     width=W, sigmas=sdcli_sigmas(STEPS), max_sequence_length=77,
+                     generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
+    refs["lora_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+
     # Skip-layer guidance on the SD3.5-like model: --slg-scale 2.5 --skip-layers [1] over (0.2, 0.9).
     pipe = StableDiffusion3Pipeline(transformer=models["sd35"], scheduler=sched, vae=vae, text_encoder=clip_l,
                                     tokenizer=spf.tokenizer("<|endoftext|>"), text_encoder_2=clip_g,

@@ -445,6 +445,83 @@ fn flux_one(name: &str) -> Vec<Alias> {
     Vec::new()
 }
 
+/// SD3 whole modules inside a joint block: Stability name ↔ diffusers name (the context
+/// stream's adaptive norm is left out: the last block stores its halves swapped).
+const SD3_BLOCK: [(&str, &str); 10] = [
+    ("x_block.attn.proj", "attn.to_out.0"),
+    ("context_block.attn.proj", "attn.to_add_out"),
+    ("x_block.attn2.proj", "attn2.to_out.0"),
+    ("x_block.mlp.fc1", "ff.net.0.proj"),
+    ("x_block.mlp.fc2", "ff.net.2"),
+    ("context_block.mlp.fc1", "ff_context.net.0.proj"),
+    ("context_block.mlp.fc2", "ff_context.net.2"),
+    ("x_block.adaLN_modulation.1", "norm1.linear"),
+    ("x_block.attn.qkv", ""),
+    ("context_block.attn.qkv", ""),
+];
+const SD3_TOP: [(&str, &str); 6] = [
+    ("x_embedder.proj", "pos_embed.proj"),
+    (
+        "t_embedder.mlp.0",
+        "time_text_embed.timestep_embedder.linear_1",
+    ),
+    (
+        "t_embedder.mlp.2",
+        "time_text_embed.timestep_embedder.linear_2",
+    ),
+    ("y_embedder.mlp.0", "time_text_embed.text_embedder.linear_1"),
+    ("y_embedder.mlp.2", "time_text_embed.text_embedder.linear_2"),
+    ("final_layer.linear", "proj_out"),
+];
+
+/// SD3 / SD3.5: a Stability-layout module's diffusers names (fused `qkv` as q, k, v row
+/// slices) and a diffusers-layout module's Stability name (whole modules).
+pub fn sd3(names: &[&str]) -> Vec<Vec<Alias>> {
+    each(names, sd3_one)
+}
+
+fn sd3_one(name: &str) -> Vec<Alias> {
+    let whole = |n: String| vec![Alias::whole(n)];
+    if let Some((_, d)) = SD3_TOP.iter().find(|(s, _)| *s == name) {
+        return whole(d.to_string());
+    }
+    if let Some((s, _)) = SD3_TOP.iter().find(|(_, d)| *d == name) {
+        return whole(s.to_string());
+    }
+    if let Some((i, rest)) = name.strip_prefix("joint_blocks.").and_then(index_rest) {
+        let head = format!("transformer_blocks.{i}");
+        let qkv = |attn: &str, parts: [&str; 3]| -> Vec<Alias> {
+            parts
+                .iter()
+                .enumerate()
+                .map(|(k, p)| Alias {
+                    name: format!("{head}.{attn}.{p}"),
+                    part: Some(RowSlice::one(k, 3)),
+                })
+                .collect()
+        };
+        return match rest {
+            "x_block.attn.qkv" => qkv("attn", ["to_q", "to_k", "to_v"]),
+            "x_block.attn2.qkv" => qkv("attn2", ["to_q", "to_k", "to_v"]),
+            "context_block.attn.qkv" => qkv("attn", ["add_q_proj", "add_k_proj", "add_v_proj"]),
+            _ => SD3_BLOCK
+                .iter()
+                .find(|(s, d)| *s == rest && !d.is_empty())
+                .map_or_else(Vec::new, |(_, d)| whole(format!("{head}.{d}"))),
+        };
+    }
+    if let Some((i, rest)) = name
+        .strip_prefix("transformer_blocks.")
+        .and_then(index_rest)
+    {
+        return SD3_BLOCK
+            .iter()
+            .find(|(_, d)| *d == rest && !d.is_empty())
+            .map_or_else(Vec::new, |(s, _)| whole(format!("joint_blocks.{i}.{s}")));
+    }
+    Vec::new()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -478,6 +555,18 @@ mod tests {
         );
         assert_eq!(names(flux_one("img_in")), ["x_embedder"]);
         assert!(flux_one("transformer_blocks.0.attn.to_q").is_empty());
+    }
+
+    #[test]
+    fn sd3_fused_qkv_takes_thirds() {
+        let a = sd3_one("joint_blocks.2.context_block.attn.qkv");
+        assert_eq!(a[1].name, "transformer_blocks.2.attn.add_k_proj");
+        assert_eq!(a[1].part, Some(RowSlice::one(1, 3)));
+        assert_eq!(
+            names(sd3_one("transformer_blocks.0.ff.net.2")),
+            ["joint_blocks.0.x_block.mlp.fc2"]
+        );
+        assert_eq!(names(sd3_one("pos_embed.proj")), ["x_embedder.proj"]);
     }
 
     #[test]

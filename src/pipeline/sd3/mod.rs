@@ -116,6 +116,13 @@ impl Family for Sd3Family {
         PromptTemplate::Raw
     }
 
+    fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
+        &[
+            crate::pipeline::lora::names::sd3,
+            crate::pipeline::lora::names::clip,
+        ]
+    }
+
     fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>> {
         Ok(Box::new(Sd3Pipeline::load(files, ctx)?))
     }
