@@ -227,3 +227,53 @@ fn peft_lora_lands_on_the_fused_single_file() {
     eprintln!("SD3 LoRA: PSNR {p:.1} dB");
     assert!(p >= 60.0, "SD3 LoRA: PSNR {p:.1} dB");
 }
+
+/// `-M convert` to q8_0 GGUF runs (≥ 35 dB); a budget forcing several segments gives the
+/// monolithic picture exactly.
+#[test]
+fn q8_0_gguf_and_segmented_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("sd3-q8_0.gguf");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "convert", "-m", s(&dir().join("sd3.safetensors"))])
+        .args(["-o", s(&gguf), "--type", "q8_0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let q8 = run(&gguf, &tmp.path().join("q8.png"));
+    let want = image_bytes(&tensor(&refs(), "sd3_image"));
+    let p = psnr(&q8.data, &want);
+    eprintln!("SD3 q8_0 GGUF: PSNR {p:.1} dB");
+    assert!(p >= 35.0, "q8_0: PSNR {p:.1} dB");
+
+    // Text encoders left out (zeros stand in): their token tables alone exceed a budget that
+    // splits this tiny MMDiT.
+    let model = dir().join("sd3.safetensors");
+    let bare = |extra: &[&str], out: &Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+            .args([
+                "--diffusion-model",
+                s(&model),
+                "--vae",
+                s(&fixture_path("flux").join("vae")),
+            ])
+            .args(["-p", PROMPT, "--cfg-scale", "4.5", "--steps", "4"])
+            .args([
+                "-W", "24", "-H", "16", "-s", "42", "--rng", "cpu", "-t", "2",
+            ])
+            .args(extra)
+            .args(["-o", s(out)])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{err}");
+        (read_png(out).unwrap(), err)
+    };
+    let (whole, _) = bare(&[], &tmp.path().join("whole.png"));
+    let (seg, err) = bare(
+        &["--offload-to-cpu", "--max-vram", "0.0012", "-v"],
+        &tmp.path().join("seg.png"),
+    );
+    assert!(err.contains("segment 2/"), "the run is segmented: {err}");
+    assert_eq!(seg.data, whole.data, "segmented == whole");
+}

@@ -1,5 +1,6 @@
 //! Diffusion transformers.
 
+mod adaln;
 pub mod flux;
 pub mod pixart;
 pub mod qwen_image_2_1;

@@ -126,7 +126,9 @@ impl Sd3Conditioner {
                 .map_or(self.widths.1, |e| e.model.model.config().hidden),
         );
         let cd = self.context_dim;
-        if wl + wg > cd {
+        // CLIP-G's states sit after CLIP-L's width (zeros stand for a missing encoder).
+        let fits = |present: bool, end: usize| !present || end <= cd;
+        if !fits(self.clip_l.is_some(), wl) || !fits(self.clip_g.is_some(), wl + wg) {
             return Err(Error::Unsupported(format!(
                 "CLIP states {wl} + {wg} wide exceed the MMDiT's context width {cd}"
             )));
@@ -157,9 +159,14 @@ impl Sd3Conditioner {
             let (hg, pg) = part(&self.clip_g, &g_chunks, wg)?;
             // [CLIP-L ‖ CLIP-G ‖ zeros] per token, then T5's tokens.
             for t in 0..CHUNK {
-                context.extend_from_slice(&hl[t * wl..(t + 1) * wl]);
-                context.extend_from_slice(&hg[t * wg..(t + 1) * wg]);
-                context.extend(std::iter::repeat_n(0.0, cd - wl - wg));
+                let mut row = vec![0.0; cd];
+                if self.clip_l.is_some() {
+                    row[..wl].copy_from_slice(&hl[t * wl..(t + 1) * wl]);
+                }
+                if self.clip_g.is_some() {
+                    row[wl..wl + wg].copy_from_slice(&hg[t * wg..(t + 1) * wg]);
+                }
+                context.extend(row);
             }
             match (&self.t5, t5_chunks.get(i)) {
                 (Some((_, t5)), Some(ch)) => {

@@ -3,8 +3,10 @@
 //! checkpoint layout.
 
 use crate::ggml::Tensor;
-use crate::nn::{self, LayerNorm, Linear, RmsNorm, RopeLayout};
+use crate::nn::{self, Linear, RmsNorm, RopeLayout};
 use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
+
+use super::super::adaln::{columns, mod_rows, modulate, rows};
 
 use super::config::{FluxConfig, FluxLayout, NORM_EPS};
 
@@ -13,63 +15,6 @@ use super::config::{FluxConfig, FluxLayout, NORM_EPS};
 pub(super) struct Rope<'g> {
     pub cos: Tensor<'g>,
     pub sin: Tensor<'g>,
-}
-
-/// Rows of a modulation output [k·D, B], each [D, 1, B].
-pub(super) fn mod_rows<'g>(
-    g: &'g GraphCtx<'g>,
-    mods: Tensor<'g>,
-    d: usize,
-    k: usize,
-) -> Vec<Tensor<'g>> {
-    let b = mods.ne()[1];
-    let es = 4;
-    (0..k)
-        .map(|i| {
-            let v = g.view(
-                mods,
-                [d, b, 1, 1],
-                [k * d * es, k * d * b * es, k * d * b * es],
-                i * d * es,
-            );
-            g.reshape(g.cont(v), [d, 1, b, 1])
-        })
-        .collect()
-}
-
-/// `LN(x)·(1 + scale) + shift`.
-fn modulate<'g>(
-    g: &'g GraphCtx<'g>,
-    x: Tensor<'g>,
-    shift: Tensor<'g>,
-    scale: Tensor<'g>,
-) -> Tensor<'g> {
-    let n = LayerNorm::plain(NORM_EPS).forward(g, x);
-    g.add(g.mul(n, g.scale_bias(scale, 1.0, 1.0)), shift)
-}
-
-/// Columns `start .. start + len` of `t` [D, n, B] (a contiguous copy).
-fn columns<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, start: usize, len: usize) -> Tensor<'g> {
-    let [d, n, b, _] = t.ne();
-    let es = 4;
-    g.cont(g.view(
-        t,
-        [d, len, b, 1],
-        [d * es, d * n * es, d * n * b * es],
-        start * d * es,
-    ))
-}
-
-/// Rows `start .. start + len` of `t` [R, n, B] (a contiguous copy).
-fn rows<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, start: usize, len: usize) -> Tensor<'g> {
-    let [r, n, b, _] = t.ne();
-    let es = 4;
-    g.cont(g.view(
-        t,
-        [len, n, b, 1],
-        [r * es, r * n * es, r * n * b * es],
-        start * es,
-    ))
 }
 
 /// Q, K and V projections: one fused linear (BFL) or three.
@@ -229,8 +174,8 @@ impl DoubleBlock {
         c: &FluxConfig,
     ) -> (Tensor<'g>, Tensor<'g>) {
         let l = ctx.ne()[1];
-        let hi = modulate(g, x, im[0], im[1]);
-        let ht = modulate(g, ctx, tm[0], tm[1]);
+        let hi = modulate(g, x, im[0], im[1], NORM_EPS);
+        let ht = modulate(g, ctx, tm[0], tm[1], NORM_EPS);
         let [qi, ki, vi] = qkv_normed(
             g,
             &self.img.qkv,
@@ -254,7 +199,7 @@ impl DoubleBlock {
         let (at, ai) = (columns(g, a, 0, l), columns(g, a, l, n));
         let finish = |s: &Stream, x: Tensor<'g>, a: Tensor<'g>, m: &[Tensor<'g>]| {
             let x = g.add(x, g.mul(s.proj.forward(g, a), m[2]));
-            let h = modulate(g, x, m[3], m[4]);
+            let h = modulate(g, x, m[3], m[4], NORM_EPS);
             let f = s
                 .mlp_out
                 .forward(g, nn::gelu_tanh(g, s.mlp_in.forward(g, h)));
@@ -343,7 +288,7 @@ impl SingleBlock {
         c: &FluxConfig,
     ) -> Tensor<'g> {
         let d = c.hidden_size;
-        let h = modulate(g, x, m[0], m[1]);
+        let h = modulate(g, x, m[0], m[1], NORM_EPS);
         let (qkv, mlp) = match &self.input {
             SingleIn::Fused(l) => {
                 let t = g.cont(l.forward(g, h));

@@ -18,7 +18,8 @@ use crate::ggml::Tensor;
 use crate::nn::{self, LayerNorm, Linear, RmsNorm};
 use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
 
-use blocks::{mod_rows, DoubleBlock, Rope, SingleBlock};
+use super::adaln::mod_rows;
+use blocks::{DoubleBlock, Rope, SingleBlock};
 
 /// Cut-group prefix of this model's graph-cut marks.
 pub const CUT_PREFIX: &str = "flux";

@@ -2,65 +2,12 @@
 //! weights, joint attention, and for SD3.5 medium a second image-only attention.
 
 use crate::ggml::Tensor;
-use crate::nn::{self, LayerNorm, Linear, RmsNorm};
+use crate::nn::{self, Linear, RmsNorm};
 use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
 
+use super::super::adaln::{columns, mod_rows, modulate, rows};
+
 use super::config::{Sd3Config, Sd3Layout, NORM_EPS};
-
-/// Rows of a modulation output [k·D, B], each [D, 1, B].
-pub(super) fn mod_rows<'g>(
-    g: &'g GraphCtx<'g>,
-    mods: Tensor<'g>,
-    d: usize,
-    k: usize,
-) -> Vec<Tensor<'g>> {
-    let b = mods.ne()[1];
-    let es = 4;
-    (0..k)
-        .map(|i| {
-            let v = g.view(
-                mods,
-                [d, b, 1, 1],
-                [k * d * es, k * d * b * es, k * d * b * es],
-                i * d * es,
-            );
-            g.reshape(g.cont(v), [d, 1, b, 1])
-        })
-        .collect()
-}
-
-/// `LN(x)·(1 + scale) + shift`.
-pub(super) fn modulate<'g>(
-    g: &'g GraphCtx<'g>,
-    x: Tensor<'g>,
-    shift: Tensor<'g>,
-    scale: Tensor<'g>,
-) -> Tensor<'g> {
-    let n = LayerNorm::plain(NORM_EPS).forward(g, x);
-    g.add(g.mul(n, g.scale_bias(scale, 1.0, 1.0)), shift)
-}
-
-fn rows<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, start: usize, len: usize) -> Tensor<'g> {
-    let [r, n, b, _] = t.ne();
-    let es = 4;
-    g.cont(g.view(
-        t,
-        [len, n, b, 1],
-        [r * es, r * n * es, r * n * b * es],
-        start * es,
-    ))
-}
-
-fn columns<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, start: usize, len: usize) -> Tensor<'g> {
-    let [d, n, b, _] = t.ne();
-    let es = 4;
-    g.cont(g.view(
-        t,
-        [d, len, b, 1],
-        [d * es, d * n * es, d * n * b * es],
-        start * d * es,
-    ))
-}
 
 /// An attention's projections: q, k, v (fused in SAI files), optional q/k RMS norms, output.
 #[derive(Clone, Copy, Debug)]
@@ -291,17 +238,17 @@ impl JointBlock {
         );
         let cm_all = self.ctx.modulation.forward(g, vec);
         let (n, l) = (x.ne()[1], ctx.ne()[1]);
-        let hx = modulate(g, x, xm[0], xm[1]);
+        let hx = modulate(g, x, xm[0], xm[1], NORM_EPS);
         let (hc, cm) = if self.pre_only {
             let r = mod_rows(g, cm_all, d, 2);
             let (shift, scale) = match c.layout {
                 Sd3Layout::Sai => (r[0], r[1]),
                 Sd3Layout::Diffusers => (r[1], r[0]),
             };
-            (modulate(g, ctx, shift, scale), None)
+            (modulate(g, ctx, shift, scale, NORM_EPS), None)
         } else {
             let r = mod_rows(g, cm_all, d, 6);
-            (modulate(g, ctx, r[0], r[1]), Some(r))
+            (modulate(g, ctx, r[0], r[1], NORM_EPS), Some(r))
         };
         let [qx, kx, vx] = self.x.attn.qkv(g, hx, c);
         let [qc, kc, vc] = self.ctx.attn.qkv(g, hc, c);
@@ -320,7 +267,7 @@ impl JointBlock {
         if let Some(attn2) = &self.attn2 {
             // SD3.5 medium: a second attention over the image alone, modulated from the
             // block's input.
-            let [q, k, v] = attn2.qkv(g, modulate(g, x_in, xm[6], xm[7]), c);
+            let [q, k, v] = attn2.qkv(g, modulate(g, x_in, xm[6], xm[7], NORM_EPS), c);
             let a2 = nn::attention(g, q, k, v, c.heads, None);
             let out = attn2.out.expect("output projection").forward(g, a2);
             x = g.add(x, g.mul(out, xm[8]));
@@ -329,10 +276,16 @@ impl JointBlock {
             let (fc1, fc2) = s.mlp.expect("feed-forward");
             fc2.forward(g, nn::gelu_tanh(g, fc1.forward(g, h)))
         };
-        x = g.add(x, g.mul(ff(&self.x, modulate(g, x, xm[3], xm[4])), xm[5]));
+        x = g.add(
+            x,
+            g.mul(ff(&self.x, modulate(g, x, xm[3], xm[4], NORM_EPS)), xm[5]),
+        );
         let ctx = cm.map(|cm| {
             let t = g.add(ctx, g.mul(proj(&self.ctx, ac), cm[2]));
-            g.add(t, g.mul(ff(&self.ctx, modulate(g, t, cm[3], cm[4])), cm[5]))
+            g.add(
+                t,
+                g.mul(ff(&self.ctx, modulate(g, t, cm[3], cm[4], NORM_EPS)), cm[5]),
+            )
         });
         (x, ctx)
     }

@@ -17,7 +17,8 @@ use crate::nn::{self, Conv2d, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 use crate::tensor::HostTensor;
 
-use blocks::{mod_rows, modulate, JointBlock};
+use super::adaln::{mod_rows, modulate};
+use blocks::JointBlock;
 
 /// Cut-group prefix of this model's graph-cut marks.
 pub const CUT_PREFIX: &str = "sd3";
@@ -204,7 +205,9 @@ impl Sd3 {
             config::Sd3Layout::Sai => (r[0], r[1]),
             config::Sd3Layout::Diffusers => (r[1], r[0]),
         };
-        Ok(self.final_linear.forward(g, modulate(g, x, shift, scale)))
+        Ok(self
+            .final_linear
+            .forward(g, modulate(g, x, shift, scale, NORM_EPS)))
     }
 }
 
