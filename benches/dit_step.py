@@ -1,0 +1,53 @@
+"""Reference side of benches/dit_step.rs: writes a random FLUX.1-dev or SD3.5-medium transformer at
+the real widths with fewer blocks (so f32 fits beside the reference in 24 GiB) in diffusers layout,
+and times one diffusers fp32 forward at 512x512 on the CPU.
+
+  flux:  hidden 3072 (24 x 128), MLP 12288, T5 4096, pooled 768, guidance; 1 double + 2 single blocks
+         of the released 19 + 38; batch 1 (guidance-distilled, no CFG), 256 text tokens
+  sd35m: hidden 1536 (24 x 64), q/k norms, 6 blocks (3 dual) of the released 24 (13 dual);
+         batch 2 (CFG), 154 text tokens
+
+python3 benches/dit_step.py <flux|sd35m> <dir> [threads]  -> prints "diffusers_s <secs> rss_mb <MB>"
+"""
+import os
+import resource
+import sys
+import time
+
+import torch
+
+model_name, out = sys.argv[1], sys.argv[2]
+threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+if model_name == "flux":
+    from diffusers import FluxTransformer2DModel
+    model = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=1, num_single_layers=2,
+                                   attention_head_dim=128, num_attention_heads=24, joint_attention_dim=4096,
+                                   pooled_projection_dim=768, guidance_embeds=True, axes_dims_rope=(16, 56, 56))
+    kwargs = dict(hidden_states=torch.randn(1, 1024, 64), encoder_hidden_states=torch.randn(1, 256, 4096),
+                  pooled_projections=torch.randn(1, 768), timestep=torch.tensor([0.7]),
+                  img_ids=torch.zeros(1024, 3), txt_ids=torch.zeros(256, 3), guidance=torch.tensor([3.5]))
+else:
+    from diffusers import SD3Transformer2DModel
+    model = SD3Transformer2DModel(sample_size=128, patch_size=2, in_channels=16, num_layers=6, attention_head_dim=64,
+                                  num_attention_heads=24, joint_attention_dim=4096, caption_projection_dim=1536,
+                                  pooled_projection_dim=2048, out_channels=16, pos_embed_max_size=384,
+                                  qk_norm="rms_norm", dual_attention_layers=(0, 1, 2))
+    kwargs = dict(hidden_states=torch.randn(2, 16, 64, 64), encoder_hidden_states=torch.randn(2, 154, 4096),
+                  pooled_projections=torch.randn(2, 2048), timestep=torch.tensor([700.0, 700.0]))
+model = model.eval()
+with torch.no_grad():
+    for p in model.parameters():
+        p.normal_(0, 0.02)
+if not os.path.exists(os.path.join(out, "diffusion_pytorch_model.safetensors")):
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="20GB")
+with torch.no_grad():
+    model(**kwargs)
+    best = 1e9
+    for _ in range(2):
+        t0 = time.perf_counter()
+        model(**kwargs)
+        best = min(best, time.perf_counter() - t0)
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(f"diffusers_s {best:.3f} rss_mb {rss:.0f}")

@@ -1,0 +1,171 @@
+//! One FLUX.1-dev step (512², guidance, no CFG) or one SD3.5-medium step (512², CFG batch 2)
+//! at the real block widths with fewer blocks (`benches/dit_step.py` says which), ours vs
+//! diffusers fp32 on the CPU in the same run, at f32/bf16/q8_0 weights, with peak RSS.
+//!
+//! `cargo bench --bench dit_step -- --model flux|sd35m [--threads N --dir DIR
+//! --variants f32,bf16,q8_0]`. The script writes the random weights (about 2.6 GB each) the
+//! first time and times diffusers; each of our variants runs in a child process so its peak
+//! RSS is its own. Per-block figures: (step − embedders) / blocks is not separated here; the
+//! block counts are printed with the result.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::rc::Rc;
+use std::time::Instant;
+
+use sd_cli::dtype::DType;
+use sd_cli::ggml::Backend;
+use sd_cli::models::dit::flux::{packing, Flux, FluxConfig, FluxInputs};
+use sd_cli::models::dit::sd3::{Sd3, Sd3Config};
+use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::weights::TensorStore;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{arg, field, peak_rss_mb};
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * seed % 1000) as f32 / 500.0) - 1.0)
+        .collect()
+}
+
+/// Seconds of the faster of two steps of `step`.
+fn best(mut step: impl FnMut()) -> f64 {
+    let mut best = f64::INFINITY;
+    for _ in 0..2 {
+        let t0 = Instant::now();
+        step();
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    best
+}
+
+fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
+    let wtype = if ty == "f32" {
+        None
+    } else {
+        DType::from_name(ty)
+    };
+    let store = TensorStore::open(dir).expect("weights");
+    let backend = Rc::new(Backend::cpu(threads).expect("cpu"));
+    let src = StoreSource::new(&store, "");
+    let loader = WeightLoader::new(&src, wtype);
+    let secs;
+    let weights_mb;
+    if model == "flux" {
+        let config = FluxConfig::detect(&loader.root(""))
+            .expect("config")
+            .with_axes_dims([16, 56, 56])
+            .expect("axes");
+        let m = Flux::new(&loader.root(""), config).expect("model");
+        let weights = loader.finish(&backend, "flux").expect("load");
+        weights_mb = weights.bytes() as f64 / 1048576.0;
+        drop(store);
+        let runner = Runner::new("flux", backend, Some(weights), RunOptions::default());
+        let (img, txt, pooled) = (
+            values(64 * 1024, 7919),
+            values(4096 * 256, 104729),
+            values(768, 31),
+        );
+        let pos = packing::positions(64, 64, 0.0, (0.0, 0.0));
+        secs = best(|| {
+            runner
+                .compute(|g| {
+                    let inputs = FluxInputs {
+                        img: g.input_f32("img", [64, 1024, 1, 1], img.clone()),
+                        img_pos: &pos,
+                        targets: 1024,
+                        txt: g.input_f32("txt", [4096, 256, 1, 1], txt.clone()),
+                        pooled: Some(g.input_f32("pooled", [768, 1, 1, 1], pooled.clone())),
+                        timesteps: &[0.7],
+                        guidance: &[3.5],
+                        txt_mask: None,
+                    };
+                    vec![m.forward(g, &inputs).expect("forward")]
+                })
+                .expect("step");
+        });
+    } else {
+        let config = Sd3Config::detect(&loader.root(""))
+            .expect("config")
+            .with_head_dim(64)
+            .expect("heads");
+        let m = Sd3::new(&loader.root(""), config).expect("model");
+        let weights = loader.finish(&backend, "sd3").expect("load");
+        weights_mb = weights.bytes() as f64 / 1048576.0;
+        drop(store);
+        let runner = Runner::new("sd3", backend, Some(weights), RunOptions::default());
+        let (x, ctx, pooled) = (
+            values(64 * 64 * 16 * 2, 7919),
+            values(4096 * 154 * 2, 104729),
+            values(2048 * 2, 31),
+        );
+        secs = best(|| {
+            runner
+                .compute(|g| {
+                    let lat = g.input_f32("x", [64, 64, 16, 2], x.clone());
+                    let c = g.input_f32("ctx", [4096, 154, 2, 1], ctx.clone());
+                    let p = g.input_f32("pooled", [2048, 2, 1, 1], pooled.clone());
+                    vec![m.forward(g, lat, c, p, &[0.7, 0.7], &[]).expect("forward")]
+                })
+                .expect("step");
+        });
+    }
+    println!(
+        "ours_s {secs:.3} rss_mb {:.0} weights_mb {weights_mb:.0}",
+        peak_rss_mb()
+    );
+}
+
+fn main() {
+    let model = arg("--model").unwrap_or_else(|| "flux".into());
+    let threads: usize = arg("--threads").and_then(|v| v.parse().ok()).unwrap_or(2);
+    let dir = PathBuf::from(arg("--dir").unwrap_or_else(|| format!("/tmp/dit_step_{model}")));
+    if let Some(ty) = arg("--variant") {
+        run_variant(&model, &dir, &ty, threads);
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/dit_step.py");
+    let py = Command::new("python3")
+        .arg(&script)
+        .args([&model, dir.to_str().expect("dir"), &threads.to_string()])
+        .output()
+        .expect("python3");
+    let py_out = String::from_utf8_lossy(&py.stdout).to_string();
+    let Some(reference) = field(&py_out, "diffusers_s") else {
+        eprintln!("reference failed: {}", String::from_utf8_lossy(&py.stderr));
+        return;
+    };
+    println!(
+        "{model}: diffusers fp32: {reference:.2} s/step, peak RSS {:.0} MB",
+        field(&py_out, "rss_mb").unwrap_or(0.0)
+    );
+    let me = std::env::current_exe().expect("exe");
+    let variants = arg("--variants").unwrap_or_else(|| "f32,bf16,q8_0".into());
+    for ty in variants.split(',') {
+        let o = Command::new(&me)
+            .args([
+                "--model",
+                &model,
+                "--variant",
+                ty,
+                "--threads",
+                &threads.to_string(),
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .output()
+            .expect("child");
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        match field(&text, "ours_s") {
+            Some(s) => println!(
+                "ours {ty:<5}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
+                s / reference,
+                field(&text, "rss_mb").unwrap_or(0.0),
+                field(&text, "weights_mb").unwrap_or(0.0)
+            ),
+            None => eprintln!("{ty}: failed: {}", String::from_utf8_lossy(&o.stderr)),
+        }
+    }
+}
