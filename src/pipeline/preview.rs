@@ -59,6 +59,24 @@ pub struct PreviewRequest<'a> {
 }
 
 impl<'a> PreviewRequest<'a> {
+    /// [`Self::with`], drawing `tae` previews with `preview_vae` (TAESD under
+    /// `--taesd-preview-only`) when the family loaded one, else with `vae`.
+    pub(crate) fn with_decoders<'b>(
+        self,
+        projection: Option<LatentProjection>,
+        vae: &'b VaeStage,
+        preview_vae: Option<&'b VaeStage>,
+    ) -> LatentPreview<'b>
+    where
+        'a: 'b,
+    {
+        let decoder = match (self.sink.method(), preview_vae) {
+            (PreviewMethod::Tae, Some(tae)) => tae,
+            _ => vae,
+        };
+        self.with(projection, decoder)
+    }
+
     /// The request with the family's means to draw latents.
     pub(crate) fn with<'b>(
         self,

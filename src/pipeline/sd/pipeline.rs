@@ -21,7 +21,7 @@ use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
-use crate::pipeline::preview::{PreviewMethod, PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
+use crate::pipeline::preview::{PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
 use crate::pipeline::text::load_clip;
 use crate::pipeline::vae::{load_autoencoder_kl, load_taesd, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
@@ -435,11 +435,7 @@ impl SdPipeline {
                 } else {
                     SD_PROJECTION
                 };
-                let decoder = match (p.sink.method(), &self.preview_vae) {
-                    (PreviewMethod::Tae, Some(tae)) => tae,
-                    _ => &self.vae,
-                };
-                p.with(Some(projection), decoder)
+                p.with_decoders(Some(projection), &self.vae, self.preview_vae.as_ref())
             }),
             mask: req.mask,
         };

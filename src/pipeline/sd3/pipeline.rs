@@ -12,7 +12,7 @@ use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
-use crate::pipeline::preview::{PreviewMethod, PreviewRequest};
+use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::text::{load_clip, load_t5, load_t5_tokenizer};
 use crate::pipeline::vae::{load_autoencoder_kl, load_taesd, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
@@ -262,13 +262,9 @@ impl Sd3Pipeline {
             noise_rng: req.noise_rng,
             sampler_rng: req.sampler_rng,
             init: req.init,
-            preview: req.preview.map(|p| {
-                let decoder = match (p.sink.method(), &self.preview_vae) {
-                    (PreviewMethod::Tae, Some(tae)) => tae,
-                    _ => &self.vae,
-                };
-                p.with(None, decoder)
-            }),
+            preview: req
+                .preview
+                .map(|p| p.with_decoders(None, &self.vae, self.preview_vae.as_ref())),
             mask: req.mask,
         };
         if let Some(p) = &job.preview {
