@@ -218,6 +218,37 @@ pub struct Prepared<E = ()> {
     pub extra: E,
 }
 
+impl Prepared {
+    /// What a family without references prepares: the size, `--init-img` encoded by `vae`,
+    /// and `--mask` at `vae`'s latent size; `-r` is refused naming `family`.
+    pub fn encode(
+        vae: &super::vae::VaeStage,
+        batch: &BatchInputs<'_>,
+        family: &str,
+    ) -> Result<Self> {
+        if !batch.refs.is_empty() {
+            return Err(Error::Unsupported(format!(
+                "{family} does not take reference images (-r); use --init-img for img2img"
+            )));
+        }
+        let (w, h) = (batch.width, batch.height);
+        let init = batch
+            .init
+            .map(|img| vae.encode_init(img, w, h, batch.tiling))
+            .transpose()?;
+        let factor = vae.scale_factor();
+        Ok(Prepared {
+            width: w,
+            height: h,
+            init,
+            mask: batch
+                .mask
+                .map(|m| super::mask::InpaintMask::from_image(m, w, h, factor)),
+            extra: (),
+        })
+    }
+}
+
 impl<E> Prepared<E> {
     /// The latent mask every step's denoised estimate is blended with (plain families: the
     /// mask as given).

@@ -99,6 +99,30 @@ pub fn load_taesd(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Optio
     )))
 }
 
+/// The final decoder and the preview decoder of a family with an AutoencoderKL: TAESD
+/// (`--taesd`) decodes instead of the VAE, or with `--taesd-preview-only` draws only the
+/// previews; otherwise the VAE (latent normalisation `norm`) decodes, and `missing` is the
+/// error when no VAE file was given.
+pub fn load_decoders(
+    files: &ComponentFiles,
+    ctx: &LoadContext<'_>,
+    norm: LatentNorm,
+    missing: &str,
+) -> Result<(VaeStage, Option<VaeStage>)> {
+    let vae = || -> Result<VaeStage> {
+        let f = files
+            .get(ComponentId::Vae)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| Error::Unsupported(missing.to_string()))?;
+        Ok(VaeStage::new(load_autoencoder_kl(f, ctx)?, norm.clone()))
+    };
+    Ok(match load_taesd(files, ctx)? {
+        Some(tae) if ctx.taesd_preview_only => (vae()?, Some(tae)),
+        Some(tae) => (tae, None),
+        None => (vae()?, None),
+    })
+}
+
 /// A loaded VAE and its latent normalisation.
 pub struct VaeStage {
     vae: Box<dyn Vae>,

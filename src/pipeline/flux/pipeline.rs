@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::{flow_shift, CLIP_L, DIFFUSION, T5, T5_CHUNK, VAE, VAE_SCALE, VAE_SHIFT};
+use super::{flow_shift, CLIP_L, DIFFUSION, T5, T5_CHUNK, VAE_SCALE, VAE_SHIFT};
 use crate::error::{Error, Result};
 use crate::image_io::Image;
 use crate::models::dit::flux::packing::{self, RefIndex};
@@ -19,7 +19,7 @@ use crate::pipeline::resample::{resize, Resample};
 use crate::pipeline::text::{
     encode_t5_chunks, load_clip, load_t5, load_t5_tokenizer, t5_weighted_chunks,
 };
-use crate::pipeline::vae::{load_autoencoder_kl, load_taesd, LatentNorm, VaeStage};
+use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::pipeline::{RefImageArgs, RefIndexMode};
 use crate::progress::Progress;
@@ -146,25 +146,15 @@ impl FluxPipeline {
         bar.tick();
         // TAEF1 (`--taesd`) decodes instead of the `ae`, or with `--taesd-preview-only` only
         // the previews.
-        let load_ae = || -> Result<VaeStage> {
-            let files = present(VAE.id).ok_or_else(|| {
-                Error::Unsupported(
-                    "FLUX needs its VAE (ae.safetensors): pass --vae, or --taesd with TAEF1".into(),
-                )
-            })?;
-            Ok(VaeStage::new(
-                load_autoencoder_kl(files, ctx)?,
-                LatentNorm::Scale {
-                    scale: VAE_SCALE,
-                    shift: VAE_SHIFT,
-                },
-            ))
-        };
-        let (vae, preview_vae) = match load_taesd(files, ctx)? {
-            Some(tae) if ctx.taesd_preview_only => (load_ae()?, Some(tae)),
-            Some(tae) => (tae, None),
-            None => (load_ae()?, None),
-        };
+        let (vae, preview_vae) = load_decoders(
+            files,
+            ctx,
+            LatentNorm::Scale {
+                scale: VAE_SCALE,
+                shift: VAE_SHIFT,
+            },
+            "FLUX needs its VAE (ae.safetensors): pass --vae, or --taesd with TAEF1",
+        )?;
         bar.tick();
 
         let c = dit.model.config();

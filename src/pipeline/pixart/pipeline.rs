@@ -23,7 +23,6 @@ use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
 };
 use crate::pipeline::hires::second_pass;
-use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::prompt::PromptTemplate;
 use crate::pipeline::text::{load_t5, load_t5_tokenizer};
@@ -395,24 +394,7 @@ impl Generator for PixArtPipeline {
     }
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
-        if !batch.refs.is_empty() {
-            return Err(Error::Unsupported(
-                "PixArt does not take reference images (-r); use --init-img for img2img".into(),
-            ));
-        }
-        let (w, h) = (batch.width, batch.height);
-        let init = batch
-            .init
-            .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
-            .transpose()?;
-        let factor = self.vae.scale_factor();
-        self.batch = Some(Prepared {
-            width: w,
-            height: h,
-            init,
-            mask: batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor)),
-            extra: (),
-        });
+        self.batch = Some(Prepared::encode(&self.vae, batch, "PixArt")?);
         Ok(())
     }
 

@@ -12,7 +12,7 @@ use super::conditioner::{Condition, SdConditioner, TextEncoder};
 use super::embeddings::CustomEmbeddings;
 use super::prediction::{self, CheckpointExtras, Source};
 use super::variant::{self, SdVersion};
-use super::{CLIP, CLIP_G, CLIP_L_XL, DIFFUSION, VAE};
+use super::{CLIP, CLIP_G, CLIP_L_XL, DIFFUSION};
 use crate::error::{Error, Result};
 use crate::models::te::clip::ClipActivation;
 use crate::models::unet::{refiner_time_ids, sdxl_time_ids, UNet, UNetConfig, UNetHparams};
@@ -23,7 +23,7 @@ use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::{PreviewRequest, SDXL_PROJECTION, SD_PROJECTION};
 use crate::pipeline::text::load_clip;
-use crate::pipeline::vae::{load_autoencoder_kl, load_taesd, LatentNorm, VaeStage};
+use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
@@ -72,24 +72,6 @@ fn encoder_layers(
         });
     }
     Ok(layers)
-}
-
-/// The VAE stage of the final decode: the AutoencoderKL with the version's latent scale.
-fn load_vae(files: &ComponentFiles, ctx: &LoadContext<'_>, version: SdVersion) -> Result<VaeStage> {
-    let vae_files = files.get(VAE.id).filter(|s| !s.is_empty()).ok_or_else(|| {
-        Error::Unsupported(
-            "Stable Diffusion needs a VAE: none was found in the model files (pass --vae, \
-                 or --taesd)"
-                .into(),
-        )
-    })?;
-    Ok(VaeStage::new(
-        load_autoencoder_kl(vae_files, ctx)?,
-        LatentNorm::Scale {
-            scale: version.vae_scale(),
-            shift: 0.0,
-        },
-    ))
 }
 
 impl SdPipeline {
@@ -188,11 +170,16 @@ impl SdPipeline {
         bar.tick();
 
         // TAESD decodes instead of the VAE, or with `--taesd-preview-only` only the previews.
-        let (vae, preview_vae) = match load_taesd(files, ctx)? {
-            Some(tae) if ctx.taesd_preview_only => (load_vae(files, ctx, version)?, Some(tae)),
-            Some(tae) => (tae, None),
-            None => (load_vae(files, ctx, version)?, None),
-        };
+        let (vae, preview_vae) = load_decoders(
+            files,
+            ctx,
+            LatentNorm::Scale {
+                scale: version.vae_scale(),
+                shift: 0.0,
+            },
+            "Stable Diffusion needs a VAE: none was found in the model files (pass --vae, or \
+             --taesd)",
+        )?;
         bar.tick();
 
         let mut pipe = Self {

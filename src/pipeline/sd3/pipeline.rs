@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::conditioner::{ClipEncoder, Sd3Conditioner};
-use super::{Sd3Condition, CLIP_G, CLIP_L, DIFFUSION, FLOW_SHIFT, T5, VAE, VAE_SCALE, VAE_SHIFT};
+use super::{Sd3Condition, CLIP_G, CLIP_L, DIFFUSION, FLOW_SHIFT, T5, VAE_SCALE, VAE_SHIFT};
 use crate::error::{Error, Result};
 use crate::models::dit::sd3::{unpatchify, Sd3, Sd3Config};
 use crate::models::te::clip::{clip_skip_layers, ClipActivation};
@@ -11,10 +11,9 @@ use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::hires::second_pass;
-use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::preview::PreviewRequest;
 use crate::pipeline::text::{load_clip, load_t5, load_t5_tokenizer};
-use crate::pipeline::vae::{load_autoencoder_kl, load_taesd, LatentNorm, VaeStage};
+use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::rng::Rng;
@@ -120,23 +119,15 @@ impl Sd3Pipeline {
             }
         };
         bar.tick();
-        let load_vae = || -> Result<VaeStage> {
-            let files = present(VAE.id).ok_or_else(|| {
-                Error::Unsupported("SD3 needs its VAE: pass --vae, or --taesd with TAESD3".into())
-            })?;
-            Ok(VaeStage::new(
-                load_autoencoder_kl(files, ctx)?,
-                LatentNorm::Scale {
-                    scale: VAE_SCALE,
-                    shift: VAE_SHIFT,
-                },
-            ))
-        };
-        let (vae, preview_vae) = match load_taesd(files, ctx)? {
-            Some(tae) if ctx.taesd_preview_only => (load_vae()?, Some(tae)),
-            Some(tae) => (tae, None),
-            None => (load_vae()?, None),
-        };
+        let (vae, preview_vae) = load_decoders(
+            files,
+            ctx,
+            LatentNorm::Scale {
+                scale: VAE_SCALE,
+                shift: VAE_SHIFT,
+            },
+            "SD3 needs its VAE: pass --vae, or --taesd with TAESD3",
+        )?;
         bar.tick();
 
         let c = dit.model.config();
@@ -343,24 +334,7 @@ impl Generator for Sd3Pipeline {
     }
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
-        if !batch.refs.is_empty() {
-            return Err(Error::Unsupported(
-                "SD3 does not take reference images (-r); use --init-img for img2img".into(),
-            ));
-        }
-        let (w, h) = (batch.width, batch.height);
-        let init = batch
-            .init
-            .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
-            .transpose()?;
-        let factor = self.vae.scale_factor();
-        self.batch = Some(Prepared {
-            width: w,
-            height: h,
-            init,
-            mask: batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor)),
-            extra: (),
-        });
+        self.batch = Some(Prepared::encode(&self.vae, batch, "SD3")?);
         Ok(())
     }
 
