@@ -246,6 +246,18 @@ fn q8_0_gguf_and_segmented_runs() {
     eprintln!("SD3 q8_0 GGUF: PSNR {p:.1} dB");
     assert!(p >= 35.0, "q8_0: PSNR {p:.1} dB");
 
+    // An f16 file keeps its position grid in f16 (the crop is widened in the graph).
+    let f16 = tmp.path().join("sd3-f16.gguf");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "convert", "-m", s(&dir().join("sd3.safetensors"))])
+        .args(["-o", s(&f16), "--type", "f16"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = psnr(&run(&f16, &tmp.path().join("f16.png")).data, &want);
+    eprintln!("SD3 f16 GGUF: PSNR {p:.1} dB");
+    assert!(p >= 45.0, "f16: PSNR {p:.1} dB");
+
     // Text encoders left out (zeros stand in): their token tables alone exceed a budget that
     // splits this tiny MMDiT.
     let model = dir().join("sd3.safetensors");

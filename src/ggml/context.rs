@@ -232,6 +232,24 @@ impl<'c> Tensor<'c> {
         Ok(())
     }
 
+    /// Copies `bytes` into the tensor's backend memory from byte `offset` on.
+    pub fn write_bytes_at(self, offset: usize, bytes: &[u8]) -> Result<(), GgmlError> {
+        self.check_bound()?;
+        let n = self.n_bytes();
+        if offset.checked_add(bytes.len()).is_none_or(|end| end > n) {
+            return Err(GgmlError::DataSize {
+                name: self.name(),
+                expected: n.saturating_sub(offset),
+                got: bytes.len(),
+            });
+        }
+        // SAFETY: the tensor's memory is bound and live, and offset + len lies inside it.
+        unsafe {
+            sys::ggml_backend_tensor_set(self.raw(), bytes.as_ptr().cast(), offset, bytes.len())
+        };
+        Ok(())
+    }
+
     /// Writes f32 values into an f32 tensor.
     pub fn write_f32(self, data: &[f32]) -> Result<(), GgmlError> {
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();

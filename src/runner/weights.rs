@@ -17,7 +17,7 @@ use super::adapters::{
     WeightAdapters, WeightPatch, WeightRole,
 };
 use super::error::RunnerError;
-use super::source::WeightSource;
+use super::source::{SourceTensor, WeightSource};
 use crate::dtype::DType;
 use crate::ggml::{quantize_rows, Arena, Backend, Tensor};
 use crate::tensor::Ne;
@@ -319,6 +319,11 @@ fn load_tensor(
             key: d.name.clone(),
             origin: source.describe(),
         })?;
+    if patches.is_none() && d.conv_file_ne.is_none() {
+        if let Some(bytes) = load_in_chunks(source, d, t, &src)? {
+            return Ok(bytes);
+        }
+    }
     if src.ggml_type == Some(d.ty) && d.conv_file_ne.is_none() && patches.is_none() {
         if src.bytes.len() != t.n_bytes() {
             return Err(RunnerError::BadData {
@@ -376,6 +381,69 @@ fn load_tensor(
         source.release(b);
     }
     Ok(bytes.len())
+}
+
+/// Output bytes converted per piece when a weight loads in pieces.
+const LOAD_CHUNK_BYTES: usize = 8 << 20;
+
+/// Copies or converts a weight whose file shape is its own shape a few rows at a time,
+/// dropping each piece's mapped file pages once written: a load then holds at most one piece
+/// beside the weights (not the file's copy and an f32 copy of the largest tensor, which for
+/// SD3's 906 MB position grid was most of the peak). `None` when the file bytes do not split
+/// into whole rows (the caller converts the tensor whole and reports what is wrong).
+fn load_in_chunks(
+    source: &dyn WeightSource,
+    d: &Decl,
+    t: Tensor<'_>,
+    src: &SourceTensor<'_>,
+) -> Result<Option<usize>, RunnerError> {
+    let ne0 = d.ne[0].max(1);
+    let n_rows = d.ne.iter().product::<usize>() / ne0;
+    let Some(out_row) = d.ty.row_bytes(ne0) else {
+        return Ok(None);
+    };
+    if src.ne != d.ne
+        || n_rows == 0
+        || !src.bytes.len().is_multiple_of(n_rows)
+        || out_row * n_rows != t.n_bytes()
+    {
+        return Ok(None);
+    }
+    let in_row = src.bytes.len() / n_rows;
+    let same = src.ggml_type == Some(d.ty);
+    if same && in_row != out_row {
+        return Ok(None);
+    }
+    let rows_per_piece = (LOAD_CHUNK_BYTES / (ne0 * 4).max(out_row)).max(1);
+    let bad = |reason: String| RunnerError::BadData {
+        key: d.name.clone(),
+        origin: src.origin.clone(),
+        reason,
+    };
+    let mut row = 0;
+    while row < n_rows {
+        let rows = rows_per_piece.min(n_rows - row);
+        let piece = &src.bytes[row * in_row..(row + rows) * in_row];
+        if same {
+            t.write_bytes_at(row * out_row, piece)?;
+        } else {
+            let values = (src.to_f32)(piece).map_err(bad)?;
+            if values.len() != rows * ne0 {
+                return Err(bad(format!(
+                    "{} values in rows {row}..{} of {n_rows} rows of {ne0}",
+                    values.len(),
+                    row + rows
+                )));
+            }
+            let bytes = convert_f32(&values, d.ty, ne0).map_err(bad)?;
+            t.write_bytes_at(row * out_row, &bytes)?;
+        }
+        if let Cow::Borrowed(b) = &src.bytes {
+            source.release(&b[row * in_row..(row + rows) * in_row]);
+        }
+        row += rows;
+    }
+    Ok(Some(out_row * n_rows))
 }
 
 /// A [KW, KH, IC, OC] kernel (ggml order, KW fastest) as the [IC·KW·KH, OC] matrix whose

@@ -12,6 +12,7 @@ mod config;
 
 pub use config::{Sd3Config, Sd3Layout, NORM_EPS, TIME_FREQ_DIM};
 
+use crate::dtype::DType;
 use crate::ggml::Tensor;
 use crate::nn::{self, Conv2d, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
@@ -86,7 +87,8 @@ impl Sd3 {
             pos_embed: wb.get(
                 pick("pos_embed", "pos_embed.pos_embed"),
                 [d, c.pos_embed_max * c.pos_embed_max, 1, 1],
-                Storage::F32,
+                // f16 stays f16: the grid is a tenth of SD3.5 medium and only a crop is read.
+                Storage::Float,
             )?,
             t_embed: mlp(
                 if sai {
@@ -178,14 +180,18 @@ impl Sd3 {
         let x = g.reshape(g.cont(g.permute(x, [1, 2, 0, 3])), [d, pw * ph, b, 1]);
         let m = c.pos_embed_max;
         let (top, left) = ((m - ph) / 2, (m - pw) / 2);
-        let es = 4;
+        let grid = g.param(self.pos_embed);
+        let row = grid.nb()[1];
         let pos = g.view(
-            g.param(self.pos_embed),
+            grid,
             [d, pw, ph, 1],
-            [d * es, d * m * es, d * m * m * es],
-            (top * m + left) * d * es,
+            [row, row * m, row * m * m],
+            (top * m + left) * row,
         );
-        let pos = g.reshape(g.cont(pos), [d, pw * ph, 1, 1]);
+        let mut pos = g.reshape(g.cont(pos), [d, pw * ph, 1, 1]);
+        if grid.ty() != DType::F32 {
+            pos = g.cast(pos, DType::F32);
+        }
         let prelude = format!("{CUT_PREFIX}.prelude");
         let mut x = g.cut(&prelude, "x", g.add(x, pos));
         let mut ctx = g.cut(&prelude, "ctx", self.context_embedder.forward(g, context));
