@@ -5,8 +5,8 @@
 //! `cargo bench --bench dit_step -- --model flux|sd35m [--threads N --dir DIR
 //! --variants f32,bf16,q8_0]`. The script writes the random weights (about 2.6 GB each) the
 //! first time and times diffusers; each of our variants runs in a child process so its peak
-//! RSS is its own. Per-block figures: (step − embedders) / blocks is not separated here; the
-//! block counts are printed with the result.
+//! RSS is its own. Per-block figures come from the same weights loaded without blocks (FLUX:
+//! and with its double block only), and extrapolate a step of the released depth.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,12 +41,15 @@ fn best(mut step: impl FnMut()) -> f64 {
     best
 }
 
-fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
-    let wtype = if ty == "f32" {
-        None
-    } else {
-        DType::from_name(ty)
-    };
+/// Seconds per step of the model in `dir` with `blocks` (FLUX: [double, single]; SD3: [depth])
+/// of its blocks, and the loaded weight bytes.
+fn time_model(
+    model: &str,
+    dir: &Path,
+    wtype: Option<DType>,
+    threads: usize,
+    blocks: Option<[usize; 2]>,
+) -> (f64, f64) {
     let store = TensorStore::open(dir).expect("weights");
     let backend = Rc::new(Backend::cpu(threads).expect("cpu"));
     let src = StoreSource::new(&store, "");
@@ -54,10 +57,13 @@ fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
     let secs;
     let weights_mb;
     if model == "flux" {
-        let config = FluxConfig::detect(&loader.root(""))
+        let mut config = FluxConfig::detect(&loader.root(""))
             .expect("config")
             .with_axes_dims([16, 56, 56])
             .expect("axes");
+        if let Some([double, single]) = blocks {
+            (config.double_blocks, config.single_blocks) = (double, single);
+        }
         let m = Flux::new(&loader.root(""), config).expect("model");
         let weights = loader.finish(&backend, "flux").expect("load");
         weights_mb = weights.bytes() as f64 / 1048576.0;
@@ -87,10 +93,13 @@ fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
                 .expect("step");
         });
     } else {
-        let config = Sd3Config::detect(&loader.root(""))
+        let mut config = Sd3Config::detect(&loader.root(""))
             .expect("config")
             .with_head_dim(64)
             .expect("heads");
+        if let Some([depth, _]) = blocks {
+            config.depth = depth;
+        }
         let m = Sd3::new(&loader.root(""), config).expect("model");
         let weights = loader.finish(&backend, "sd3").expect("load");
         weights_mb = weights.bytes() as f64 / 1048576.0;
@@ -112,10 +121,36 @@ fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
                 .expect("step");
         });
     }
-    println!(
-        "ours_s {secs:.3} rss_mb {:.0} weights_mb {weights_mb:.0}",
-        peak_rss_mb()
-    );
+    (secs, weights_mb)
+}
+
+fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
+    let wtype = if ty == "f32" {
+        None
+    } else {
+        DType::from_name(ty)
+    };
+    let (secs, weights_mb) = time_model(model, dir, wtype, threads, None);
+    // Peak RSS belongs to the whole model: the block-less runs below are smaller.
+    let rss = peak_rss_mb();
+    // Per-block costs from the same model without blocks (and, for FLUX, with its double
+    // block only), so a released depth can be extrapolated.
+    let base = time_model(model, dir, wtype, threads, Some([0, 0])).0;
+    let blocks = if model == "flux" {
+        let double = time_model(model, dir, wtype, threads, Some([1, 0])).0 - base;
+        let single = (secs - base - double) / 2.0;
+        format!(
+            "embedders_s {base:.3} double_s {double:.3} single_s {single:.3} full_s {:.3}",
+            base + 19.0 * double + 38.0 * single
+        )
+    } else {
+        let block = (secs - base) / 6.0;
+        format!(
+            "embedders_s {base:.3} block_s {block:.3} full_s {:.3}",
+            base + 24.0 * block
+        )
+    };
+    println!("ours_s {secs:.3} rss_mb {rss:.0} weights_mb {weights_mb:.0} {blocks}");
 }
 
 fn main() {
@@ -159,12 +194,31 @@ fn main() {
             .expect("child");
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         match field(&text, "ours_s") {
-            Some(s) => println!(
-                "ours {ty:<5}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
-                s / reference,
-                field(&text, "rss_mb").unwrap_or(0.0),
-                field(&text, "weights_mb").unwrap_or(0.0)
-            ),
+            Some(s) => {
+                println!(
+                    "ours {ty:<5}: {s:.2} s/step ({:.2}x diffusers), peak RSS {:.0} MB for {:.0} MB of weights",
+                    s / reference,
+                    field(&text, "rss_mb").unwrap_or(0.0),
+                    field(&text, "weights_mb").unwrap_or(0.0)
+                );
+                let f = |k: &str| field(&text, k).unwrap_or(f64::NAN);
+                if model == "flux" {
+                    println!(
+                        "    per block: embedders {:.2} s, double {:.2} s, single {:.2} s; 19+38 blocks ≈ {:.1} s/step",
+                        f("embedders_s"),
+                        f("double_s"),
+                        f("single_s"),
+                        f("full_s")
+                    );
+                } else {
+                    println!(
+                        "    per block: embedders {:.2} s, block {:.2} s (3 dual + 3 plain averaged); 24 blocks ≈ {:.1} s/step",
+                        f("embedders_s"),
+                        f("block_s"),
+                        f("full_s")
+                    );
+                }
+            }
             None => eprintln!("{ty}: failed: {}", String::from_utf8_lossy(&o.stderr)),
         }
     }

@@ -85,6 +85,16 @@ fn mmdit_matches_diffusers_in_both_layouts() {
     assert_eq!(m.config().layout, Sd3Layout::Diffusers);
     assert!(m.config().qk_norm && m.config().dual_blocks == 1);
     check_call("sd35", &m, &runner);
+    // The same model in Stability's names (x_block.attn2 / ln_q / ln_k), as
+    // sd3.5_medium.safetensors ships.
+    let (m, runner) = model(
+        &dir().join("sd35.safetensors"),
+        "model.diffusion_model.",
+        Some(16),
+    );
+    assert_eq!(m.config().layout, Sd3Layout::Sai);
+    assert!(m.config().qk_norm && m.config().dual_blocks == 1);
+    check_call("sd35", &m, &runner);
 }
 
 fn run(model: &Path, out: &Path) -> sd_cli::image_io::Image {

@@ -23,6 +23,7 @@ pub mod sd;
 pub mod sd3;
 pub mod text;
 pub mod vae;
+pub mod z_image;
 
 pub use components::{ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFiles};
 pub use family::{BatchInputs, Defaults, Family, Generator, ImageJob, LoadContext, SizeRule};

@@ -9,6 +9,7 @@ use super::pixart::PixArtFamily;
 use super::qwen_image_2_1::QwenImage21Family;
 use super::sd::{SD, SDXL};
 use super::sd3::Sd3Family;
+use super::z_image::ZImageFamily;
 use crate::weights::TensorStore;
 
 /// Every family, in detection order.
@@ -18,6 +19,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &FluxFamily,
     &ChromaFamily,
     &Sd3Family,
+    &ZImageFamily,
     &SD,
     &SDXL,
 ];

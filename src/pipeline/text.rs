@@ -10,11 +10,27 @@ use crate::runner::{Loaded, Runner};
 use crate::tensor::HostTensor;
 use crate::tokenizers::emphasis::parse_emphasis;
 use crate::tokenizers::{
-    find_t5_tokenizer, from_gguf_vocab, load_t5_tokenizer as load_t5_file, T5Tokenizer,
+    bpe_from_gguf_metadata, find_qwen_tokenizer, find_t5_tokenizer, from_gguf_vocab,
+    load_qwen_tokenizer, load_t5_tokenizer as load_t5_file, BpeTokenizer, T5Tokenizer,
 };
 
 use super::components::{ComponentId, ComponentStore};
 use super::family::LoadContext;
+
+/// The Qwen tokenizer of an LLM text encoder: in its GGUF metadata, else a tokenizer file
+/// beside its weights (or in its diffusers folder).
+pub fn load_qwen_tokenizer_of(llm: &ComponentStore) -> Result<BpeTokenizer> {
+    for f in llm.store.files() {
+        let origin = f.path.display().to_string();
+        if let Some(tok) = bpe_from_gguf_metadata(&f.gguf, &origin) {
+            log::debug!("Qwen tokenizer: from GGUF metadata of {origin}");
+            return Ok(tok?);
+        }
+    }
+    let path = find_qwen_tokenizer(None, &llm.path)?;
+    log::debug!("Qwen tokenizer: {}", path.display());
+    Ok(load_qwen_tokenizer(&path)?)
+}
 
 /// Scales each token's row by its weight, then the whole chunk so its mean is unchanged
 /// (upstream's `apply_token_weights`; nothing happens when every weight is 1).

@@ -7,6 +7,8 @@ flux_fixtures.py, whose tiny CLIP-L, CLIP-G (SDXL's bigG), T5 and 16-channel VAE
 Writes tests/fixtures/sd3/:
   sd35/transformer/          a tiny SD3Transformer2DModel with q/k RMS norms and a dual-attention first
                              block (SD3.5 medium's MMDiT-X), as a diffusers folder
+  sd35.safetensors           the same SD3.5-medium-like model in Stability's names (x_block.attn2, as
+                             sd3.5_medium.safetensors has it)
   sd3.safetensors            a tiny SD3 (no q/k norms) in Stability's single-file names (joint_blocks,
                              fused qkv, (shift, scale) adaptive norms, model.diffusion_model.)
   (CLIP-L is the SD fixtures' encoder, run by diffusers as CLIPTextModelWithProjection with an
@@ -56,10 +58,11 @@ def swap_halves(t):
 
 
 def to_sai(model):
-    """diffusers SD3Transformer2DModel state → Stability's single-file names."""
-    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    """diffusers SD3Transformer2DModel state (the model or its state dict) → Stability's single-file names."""
+    state = model if isinstance(model, dict) else model.state_dict()
+    sd = {k: v.detach().clone() for k, v in state.items()}
     out = {}
-    depth = len(model.transformer_blocks)
+    depth = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("transformer_blocks."))
 
     def mv(src, dst, f=lambda t: t):
         out[dst] = f(sd.pop(src))
@@ -85,12 +88,16 @@ def to_sai(model):
             mv(f"{p}attn.to_out.0.{s}", f"{x}attn.proj.{s}")
             mv(f"{p}ff.net.0.proj.{s}", f"{x}mlp.fc1.{s}")
             mv(f"{p}ff.net.2.{s}", f"{x}mlp.fc2.{s}")
+            if f"{p}attn2.to_q.{s}" in sd:  # SD3.5 medium's second image attention
+                out[f"{x}attn2.qkv.{s}"] = torch.cat([sd.pop(f"{p}attn2.to_{q}.{s}") for q in "qkv"], 0)
+                mv(f"{p}attn2.to_out.0.{s}", f"{x}attn2.proj.{s}")
             if not last:
                 mv(f"{p}attn.to_add_out.{s}", f"{c}attn.proj.{s}")
                 mv(f"{p}ff_context.net.0.proj.{s}", f"{c}mlp.fc1.{s}")
                 mv(f"{p}ff_context.net.2.{s}", f"{c}mlp.fc2.{s}")
         for a, b in [("attn.norm_q", f"{x}attn.ln_q"), ("attn.norm_k", f"{x}attn.ln_k"),
-                     ("attn.norm_added_q", f"{c}attn.ln_q"), ("attn.norm_added_k", f"{c}attn.ln_k")]:
+                     ("attn.norm_added_q", f"{c}attn.ln_q"), ("attn.norm_added_k", f"{c}attn.ln_k"),
+                     ("attn2.norm_q", f"{x}attn2.ln_q"), ("attn2.norm_k", f"{x}attn2.ln_k")]:
             if f"{p}{a}.weight" in sd:
                 mv(f"{p}{a}.weight", f"{b}.weight")
     assert not sd, sorted(sd)
@@ -229,6 +236,7 @@ def main():
     refs["taesd3_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
     models["sd35"].save_pretrained(f"{OUT}/sd35/transformer", safe_serialization=True)
     save_file(to_sai(models["sd3"]), f"{OUT}/sd3.safetensors")
+    save_file(to_sai(models["sd35"]), f"{OUT}/sd35.safetensors")
     save_file({k: v.float().contiguous() for k, v in refs.items()}, f"{OUT}/reference.safetensors")
 
 

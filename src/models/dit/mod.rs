@@ -5,6 +5,7 @@ pub mod flux;
 pub mod pixart;
 pub mod qwen_image_2_1;
 pub mod sd3;
+pub mod z_image;
 
 /// Rope axes (index/frame, height, width) for a head size: FLUX's and Qwen Image's released
 /// [16, 56, 56] split of 128 scaled to other heads — height and width each the largest even

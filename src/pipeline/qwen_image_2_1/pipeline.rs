@@ -30,7 +30,7 @@ use crate::models::te::qwen3::{
 };
 use crate::models::vae::qwen_image_2_1_vae::{LatentStats, QwenImage21Vae, QwenImage21VaeConfig};
 use crate::models::vae::tiling::TileSettings;
-use crate::pipeline::components::{ComponentFiles, ComponentId, ComponentStore};
+use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{
     BatchInputs, Family, Generator, ImageJob, LoadContext, Prepared, SizeRule,
 };
@@ -38,6 +38,7 @@ use crate::pipeline::hires::second_pass;
 use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::memo::Memo;
 use crate::pipeline::preview::PreviewRequest;
+use crate::pipeline::text::load_qwen_tokenizer_of;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
@@ -48,9 +49,7 @@ use crate::sampling::{
     Guidance, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions, SamplingPlan,
 };
 use crate::tensor::HostTensor;
-use crate::tokenizers::{
-    bpe_from_gguf_metadata, find_qwen_tokenizer, load_qwen_tokenizer, BpeTokenizer,
-};
+use crate::tokenizers::BpeTokenizer;
 
 /// Cache-entry base of the prefix K/V cache in the transformer runner.
 const CACHE_BASE: &str = "qwen_image_2_1.prefix";
@@ -106,20 +105,6 @@ fn cache_err(e: PrefixCacheError) -> Error {
         PrefixCacheError::Runner(r) => Error::Runner(r),
         other => Error::Unsupported(other.to_string()),
     }
-}
-
-/// The tokenizer: in the LLM's GGUF metadata, else a tokenizer file beside the LLM weights.
-fn load_tokenizer(llm: &ComponentStore) -> Result<BpeTokenizer> {
-    for f in llm.store.files() {
-        let origin = f.path.display().to_string();
-        if let Some(tok) = bpe_from_gguf_metadata(&f.gguf, &origin) {
-            log::debug!("Qwen tokenizer: from GGUF metadata of {origin}");
-            return Ok(tok?);
-        }
-    }
-    let path = find_qwen_tokenizer(None, &llm.path)?;
-    log::debug!("Qwen tokenizer: {}", path.display());
-    Ok(load_qwen_tokenizer(&path)?)
 }
 
 impl QwenImage21Pipeline {
@@ -178,7 +163,7 @@ impl QwenImage21Pipeline {
             Ok(Qwen3TextModel::new(wb, config)?.with_mrope_section(section))
         })?;
         bar.tick();
-        let tokenizer = load_tokenizer(llm_files)?;
+        let tokenizer = load_qwen_tokenizer_of(llm_files)?;
         let vision = if ctx.needs.references {
             let vision_files = files.require(&VISION)?;
             let opts = ctx.load_options(ComponentId::LlmVision, false)?;

@@ -25,7 +25,8 @@ pub use mm::{Qwen3MmInput, VisionEmbeds};
 pub use model::Qwen3TextModel;
 pub use mrope::{rope_positions, DEFAULT_MROPE_SECTION};
 pub use source::{
-    qwen3_hparams, qwen3_llamacpp_to_hf, qwen3_mrope_section, Qwen3Source, DEFAULT_ROPE_THETA,
+    qwen3_hparams, qwen3_hparams_or, qwen3_llamacpp_to_hf, qwen3_mrope_section, Qwen3Source,
+    DEFAULT_ROPE_THETA,
 };
 
 use crate::runner::{Runner, RunnerError};
@@ -38,11 +39,22 @@ pub fn encode(
     model: &Qwen3TextModel,
     ids: &[i32],
 ) -> Result<HostTensor, RunnerError> {
+    encode_layers(runner, model, ids, None)
+}
+
+/// [`encode`] through the first `layers` decoder layers only (all when `None`): Z-Image reads
+/// `hidden_states[-2]`, the output before the last layer.
+pub fn encode_layers(
+    runner: &Runner,
+    model: &Qwen3TextModel,
+    ids: &[i32],
+    layers: Option<usize>,
+) -> Result<HostTensor, RunnerError> {
     super::check_token_ids(ids, model.config().vocab, "the Qwen3 token sequence")?;
     let n = ids.len();
     let mut out = runner.compute(|g| {
         let ids = g.input_i32("qwen3.input_ids", [n, 1, 1, 1], ids.to_vec());
-        vec![model.forward(g, ids, None, false)]
+        vec![model.forward(g, ids, layers, false)]
     })?;
     out.pop()
         .ok_or_else(|| RunnerError::Internal("Qwen3 graph returned no output".into()))

@@ -122,6 +122,11 @@ impl WeightSource for Qwen3Source<'_> {
 /// (`text_config.rope_parameters.rope_theta`, `rope_theta`, `rms_norm_eps`, top level or in
 /// `text_config`), else the Qwen3-VL defaults (5e6, 1e-6).
 pub fn qwen3_hparams(store: &TensorStore) -> (f32, f32) {
+    qwen3_hparams_or(store, DEFAULT_ROPE_THETA)
+}
+
+/// [`qwen3_hparams`] with another default rope theta (Qwen3-4B: 1e6).
+pub fn qwen3_hparams_or(store: &TensorStore, default_theta: f32) -> (f32, f32) {
     let mut theta = None;
     let mut eps = None;
     for f in store.files() {
@@ -144,7 +149,7 @@ pub fn qwen3_hparams(store: &TensorStore) -> (f32, f32) {
                 .or_else(|| num(cfg.get("rms_norm_eps")));
         }
     }
-    (theta.unwrap_or(DEFAULT_ROPE_THETA), eps.unwrap_or(1e-6))
+    (theta.unwrap_or(default_theta), eps.unwrap_or(1e-6))
 }
 
 /// Interleaved mRoPE sections (t, h, w) from a `config.json`

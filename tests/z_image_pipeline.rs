@@ -1,0 +1,170 @@
+//! Z-Image against diffusers on tiny random-weight models (tests/reference/z_image_fixtures.py):
+//! transformer calls in the diffusers layout and in the released single-file names, with a
+//! caption that needs padding to 32 tokens and one that does not; the Qwen3 caption states of
+//! the chat template; whole `sd-cli` runs against `ZImagePipeline` (CFG with a negative
+//! prompt, and Turbo's cfg 1) under sd-cli's schedule.
+//!
+//! Tolerances: transformer 1e-4 × max(1, max |reference|); caption states 1e-4 (× scale);
+//! images ≥ 60 dB PSNR (8-bit PNG).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use sd_cli::image_io::read_png;
+use sd_cli::models::dit::sd3::unpatchify;
+use sd_cli::models::dit::z_image::{patchify, ZImage, ZImageConfig, ZImageInputs, ZImageLayout};
+use sd_cli::models::te::qwen3::{self, Qwen3Config, Qwen3Source, Qwen3TextModel};
+use sd_cli::pipeline::z_image::TEMPLATE;
+use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
+use sd_cli::tokenizers::load_qwen_tokenizer;
+use sd_cli::weights::TensorStore;
+
+fn model(path: &Path, prefix: &str) -> (ZImage, Runner) {
+    let backend = cpu();
+    let store = TensorStore::open(path).unwrap();
+    let source = StoreSource::new(&store, prefix);
+    let loader = WeightLoader::new(&source, None);
+    let config = ZImageConfig::detect(&loader.root("")).unwrap();
+    let m = ZImage::new(&loader.root(""), config).unwrap();
+    let weights = loader.finish(&backend, "zimage").unwrap();
+    (
+        m,
+        Runner::new("zimage", backend, Some(weights), RunOptions::default()),
+    )
+}
+
+fn check_calls(what: &str, m: &ZImage, runner: &Runner) {
+    let r = open_fixture("z_image/reference.safetensors");
+    for i in 0..2 {
+        let x = tensor(&r, &format!("call{i}_x"));
+        let cap = tensor(&r, &format!("call{i}_cap"));
+        let sigma = tensor(&r, &format!("call{i}_sigma")).data[0];
+        let [w, h, c, _] = x.ne;
+        let p = m.config().patch_size;
+        let tokens = patchify(&x, p);
+        let mut out = runner
+            .compute(|g| {
+                let inputs = ZImageInputs {
+                    img: g.input_f32("img", tokens.ne, tokens.data.clone()),
+                    grid: (h / p, w / p),
+                    cap: g.input_f32("cap", cap.ne, cap.data.clone()),
+                    sigmas: &[sigma],
+                };
+                vec![m.forward(g, &inputs).unwrap()]
+            })
+            .unwrap();
+        let got = unpatchify(&out.pop().unwrap().data, w, h, c, p);
+        assert_close(
+            &format!("{what} call {i}"),
+            &got,
+            &tensor(&r, &format!("call{i}_out")),
+            1e-4,
+        );
+    }
+}
+
+#[test]
+fn transformer_matches_diffusers_in_both_layouts() {
+    let dir = fixture_path("z_image");
+    let (m, runner) = model(
+        &dir.join("transformer/diffusion_pytorch_model.safetensors"),
+        "",
+    );
+    let c = m.config();
+    assert_eq!(c.layout, ZImageLayout::Diffusers);
+    assert_eq!(
+        (c.dim, c.heads, c.layers, c.refiner_layers, c.cap_dim),
+        (32, 2, 2, 1, 24)
+    );
+    check_calls("diffusers", &m, &runner);
+    let (m, runner) = model(&dir.join("z_image.safetensors"), "model.diffusion_model.");
+    assert_eq!(m.config().layout, ZImageLayout::Original);
+    check_calls("single file", &m, &runner);
+}
+
+#[test]
+fn caption_states_match_the_qwen3_hidden_states() {
+    let dir = fixture_path("z_image");
+    let r = open_fixture("z_image/reference.safetensors");
+    let tok = load_qwen_tokenizer(&dir.join("tokenizer/tokenizer.json")).unwrap();
+    let store = TensorStore::open(&dir.join("text_encoder/model.safetensors")).unwrap();
+    let source = Qwen3Source::new(&store, "");
+    let loader = WeightLoader::new(&source, None);
+    let config = Qwen3Config::detect(&loader.root(""), Some(1e6), Some(1e-6)).unwrap();
+    let layers = config.layers - 1;
+    let model = Qwen3TextModel::new(&loader.root(""), config).unwrap();
+    let backend = cpu();
+    let weights = loader.finish(&backend, "qwen3").unwrap();
+    let runner = Runner::new("qwen3", backend, Some(weights), RunOptions::default());
+    for (case, text) in [
+        ("prompt", "A lovely cat, holding a sign."),
+        ("negative", "blurry"),
+        ("empty", ""),
+    ] {
+        let ids: Vec<i32> = tok
+            .encode(&TEMPLATE.render(text, ""))
+            .into_iter()
+            .map(|t| t as i32)
+            .collect();
+        let want: Vec<i32> = tensor(&r, &format!("{case}_ids"))
+            .data
+            .iter()
+            .map(|&v| v as i32)
+            .collect();
+        assert_eq!(ids, want, "{case}: template token ids");
+        let got = qwen3::encode_layers(&runner, &model, &ids, Some(layers)).unwrap();
+        assert_close(case, &got, &tensor(&r, &format!("{case}_states")), 1e-4);
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn run(model: &Path, extra: &[&str], out: &Path) -> sd_cli::image_io::Image {
+    let dir = fixture_path("z_image");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["--diffusion-model", s(model)])
+        .args(["--llm", s(&dir.join("text_encoder/model.safetensors"))])
+        .args(["--vae", s(&fixture_path("flux").join("vae"))])
+        .args(["-p", "A lovely cat, holding a sign.", "--steps", "4"])
+        .args([
+            "-W", "48", "-H", "32", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
+        .args(extra)
+        .args(["-o", s(out)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    read_png(out).unwrap()
+}
+
+#[test]
+fn runs_match_the_diffusers_pipeline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture_path("z_image");
+    let r = open_fixture("z_image/reference.safetensors");
+    let folder: PathBuf = dir.join("transformer/diffusion_pytorch_model.safetensors");
+    let cases: [(&str, &Path, &[&str]); 3] = [
+        (
+            "image_cfg",
+            &folder,
+            &["-n", "blurry", "--cfg-scale", "4.5"],
+        ),
+        ("image_turbo", &folder, &["--cfg-scale", "1"]),
+        (
+            "image_cfg",
+            &dir.join("z_image.safetensors"),
+            &["-n", "blurry", "--cfg-scale", "4.5"],
+        ),
+    ];
+    for (i, (name, model, extra)) in cases.into_iter().enumerate() {
+        let img = run(model, extra, &tmp.path().join(format!("{i}.png")));
+        let p = psnr(&img.data, &image_bytes(&tensor(&r, name)));
+        eprintln!("Z-Image {name} ({}): PSNR {p:.1} dB", model.display());
+        assert!(p >= 60.0, "{name}: PSNR {p:.1} dB");
+    }
+}
