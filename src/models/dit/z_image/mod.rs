@@ -13,7 +13,6 @@ mod config;
 
 pub use config::{default_axes, ZImageConfig, ZImageLayout, SEQ_MULTIPLE};
 
-use crate::dtype::DType;
 use crate::ggml::Tensor;
 use crate::nn::{self, LayerNorm, Linear, RmsNorm};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
@@ -146,20 +145,25 @@ impl ZImage {
         let t = g.input_f32("zimage.t_freq", [c.t_freq_dim, b, 1, 1], freqs);
         let adaln = self.t_out.forward(g, g.silu(self.t_in.forward(g, t)));
 
-        let padded = |t: Tensor<'g>, pad: Param, len: usize, to: usize| {
+        // Pad rows gathered from the one-row pad token (a graph input, not a shape-only
+        // tensor, so graph-cut segments hand it over like any other).
+        let padded = |t: Tensor<'g>, pad: Param, name: &str, len: usize, to: usize| {
             if to == len {
                 return t;
             }
-            let shape = g.new_tensor(DType::F32, [d, to - len, b, 1]);
-            g.concat(t, g.repeat(g.param(pad), shape), 1)
+            let rows = g.input_i32(name, [(to - len) * b, 1, 1, 1], vec![0; (to - len) * b]);
+            let pads = g.reshape(g.get_rows(g.param(pad), rows), [d, to - len, b, 1]);
+            g.concat(t, pads, 1)
         };
         let prelude = format!("{CUT_PREFIX}.prelude");
-        let x = padded(self.x_embedder.forward(g, inputs.img), self.x_pad, n, n_pad);
+        let x = self.x_embedder.forward(g, inputs.img);
+        let x = padded(x, self.x_pad, "zimage.x_pad_rows", n, n_pad);
         let mut x = g.cut(&prelude, "img", x);
         let cap = self
             .cap_embedder
             .forward(g, self.cap_norm.forward(g, inputs.cap));
-        let mut cap = g.cut(&prelude, "cap", padded(cap, self.cap_pad, l, l_pad));
+        let cap = padded(cap, self.cap_pad, "zimage.cap_pad_rows", l, l_pad);
+        let mut cap = g.cut(&prelude, "cap", cap);
 
         // Positions: captions (1 + j, 0, 0), pads included; image (L' + 1, row, column), its
         // pads at the origin.
