@@ -1,4 +1,4 @@
-"""Reference side of benches/dit_step.rs: writes a random FLUX.1-dev or SD3.5-medium transformer at
+"""Reference side of benches/dit_step.rs: writes a random FLUX.1-dev, SD3.5-medium or Z-Image transformer at
 the real widths with fewer blocks (so f32 fits beside the reference in 24 GiB) in diffusers layout,
 and times one diffusers fp32 forward at 512x512 on the CPU.
 
@@ -6,8 +6,10 @@ and times one diffusers fp32 forward at 512x512 on the CPU.
          of the released 19 + 38; batch 1 (guidance-distilled, no CFG), 256 text tokens
   sd35m: hidden 1536 (24 x 64), q/k norms, 6 blocks (3 dual) of the released 24 (13 dual);
          batch 2 (CFG), 154 text tokens
+  zimage: Z-Image Turbo at 1024x1024: width 3840 (30 x 128), FFN 10240, captions 2560 wide; 1 + 1 refiner
+         blocks and 2 main layers of the released 2 + 2 and 30; no CFG, 100 caption tokens (padded to 128)
 
-python3 benches/dit_step.py <flux|sd35m> <dir> [threads]  -> prints "diffusers_s <secs> rss_mb <MB>"
+python3 benches/dit_step.py <flux|sd35m|zimage> <dir> [threads]  -> prints "diffusers_s <secs> rss_mb <MB>"
 """
 import os
 import resource
@@ -28,6 +30,13 @@ if model_name == "flux":
     kwargs = dict(hidden_states=torch.randn(1, 1024, 64), encoder_hidden_states=torch.randn(1, 256, 4096),
                   pooled_projections=torch.randn(1, 768), timestep=torch.tensor([0.7]),
                   img_ids=torch.zeros(1024, 3), txt_ids=torch.zeros(256, 3), guidance=torch.tensor([3.5]))
+elif model_name == "zimage":
+    from diffusers import ZImageTransformer2DModel
+    model = ZImageTransformer2DModel(dim=3840, n_layers=2, n_refiner_layers=1, n_heads=30, n_kv_heads=30,
+                                     cap_feat_dim=2560, axes_dims=[32, 48, 48], axes_lens=[1024, 512, 512])
+    # diffusers' forward takes lists of (C, F, H, W) latents and (L, C) captions; t = 1 - sigma.
+    kwargs = dict(x=[torch.randn(16, 1, 128, 128)], t=torch.tensor([0.3]), cap_feats=[torch.randn(100, 2560)],
+                  return_dict=False)
 else:
     from diffusers import SD3Transformer2DModel
     model = SD3Transformer2DModel(sample_size=128, patch_size=2, in_channels=16, num_layers=6, attention_head_dim=64,

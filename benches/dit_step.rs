@@ -1,8 +1,8 @@
-//! One FLUX.1-dev step (512², guidance, no CFG) or one SD3.5-medium step (512², CFG batch 2)
-//! at the real block widths with fewer blocks (`benches/dit_step.py` says which), ours vs
+//! One FLUX.1-dev step (512², guidance, no CFG), one SD3.5-medium step (512², CFG batch 2) or
+//! one Z-Image Turbo step (1024², no CFG) at the real block widths with fewer blocks (`benches/dit_step.py` says which), ours vs
 //! diffusers fp32 on the CPU in the same run, at f32/bf16/q8_0 weights, with peak RSS.
 //!
-//! `cargo bench --bench dit_step -- --model flux|sd35m [--threads N --dir DIR
+//! `cargo bench --bench dit_step -- --model flux|sd35m|zimage [--threads N --dir DIR
 //! --variants f32,bf16,q8_0]`. The script writes the random weights (about 2.6 GB each) the
 //! first time and times diffusers; each of our variants runs in a child process so its peak
 //! RSS is its own. Per-block figures come from the same weights loaded without blocks (FLUX:
@@ -17,6 +17,7 @@ use sd_cli::dtype::DType;
 use sd_cli::ggml::Backend;
 use sd_cli::models::dit::flux::{packing, Flux, FluxConfig, FluxInputs};
 use sd_cli::models::dit::sd3::{Sd3, Sd3Config};
+use sd_cli::models::dit::z_image::{ZImage, ZImageConfig, ZImageInputs};
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::weights::TensorStore;
 
@@ -92,6 +93,30 @@ fn time_model(
                 })
                 .expect("step");
         });
+    } else if model == "zimage" {
+        let mut config = ZImageConfig::detect(&loader.root("")).expect("config");
+        if let Some([refiners, layers]) = blocks {
+            (config.refiner_layers, config.layers) = (refiners, layers);
+        }
+        let m = ZImage::new(&loader.root(""), config).expect("model");
+        let weights = loader.finish(&backend, "zimage").expect("load");
+        weights_mb = weights.bytes() as f64 / 1048576.0;
+        drop(store);
+        let runner = Runner::new("zimage", backend, Some(weights), RunOptions::default());
+        let (img, cap) = (values(64 * 4096, 7919), values(2560 * 100, 104729));
+        secs = best(|| {
+            runner
+                .compute(|g| {
+                    let inputs = ZImageInputs {
+                        img: g.input_f32("img", [64, 4096, 1, 1], img.clone()),
+                        grid: (64, 64),
+                        cap: g.input_f32("cap", [2560, 100, 1, 1], cap.clone()),
+                        sigmas: &[0.7],
+                    };
+                    vec![m.forward(g, &inputs).expect("forward")]
+                })
+                .expect("step");
+        });
     } else {
         let mut config = Sd3Config::detect(&loader.root(""))
             .expect("config")
@@ -142,6 +167,15 @@ fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
         format!(
             "embedders_s {base:.3} double_s {double:.3} single_s {single:.3} full_s {:.3}",
             base + 19.0 * double + 38.0 * single
+        )
+    } else if model == "zimage" {
+        // Refiners: one noise (image, modulated) + one context (caption) block; the main
+        // layers run over image + caption tokens.
+        let refiners = time_model(model, dir, wtype, threads, Some([1, 0])).0 - base;
+        let layer = (secs - base - refiners) / 2.0;
+        format!(
+            "embedders_s {base:.3} refiners_s {refiners:.3} layer_s {layer:.3} full_s {:.3}",
+            base + 2.0 * refiners + 30.0 * layer
         )
     } else {
         let block = (secs - base) / 6.0;
@@ -208,6 +242,14 @@ fn main() {
                         f("embedders_s"),
                         f("double_s"),
                         f("single_s"),
+                        f("full_s")
+                    );
+                } else if model == "zimage" {
+                    println!(
+                        "    per block: embedders {:.2} s, noise + context refiner {:.2} s, layer {:.2} s; 2 + 2 refiners and 30 layers ≈ {:.1} s/step",
+                        f("embedders_s"),
+                        f("refiners_s"),
+                        f("layer_s"),
                         f("full_s")
                     );
                 } else {

@@ -125,12 +125,16 @@ fn s(p: &Path) -> &str {
 }
 
 fn run(model: &Path, extra: &[&str], out: &Path) -> sd_cli::image_io::Image {
+    run_prompt(model, "A lovely cat, holding a sign.", extra, out)
+}
+
+fn run_prompt(model: &Path, prompt: &str, extra: &[&str], out: &Path) -> sd_cli::image_io::Image {
     let dir = fixture_path("z_image");
     let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
         .args(["--diffusion-model", s(model)])
         .args(["--llm", s(&dir.join("text_encoder/model.safetensors"))])
         .args(["--vae", s(&fixture_path("flux").join("vae"))])
-        .args(["-p", "A lovely cat, holding a sign.", "--steps", "4"])
+        .args(["-p", prompt, "--steps", "4"])
         .args([
             "-W", "48", "-H", "32", "-s", "42", "--rng", "cpu", "-t", "2",
         ])
@@ -222,4 +226,32 @@ fn q8_0_gguf_and_segmented_runs() {
     );
     let seg = read_png(&tmp.path().join("seg.png")).unwrap();
     assert_eq!(seg.data, whole.data, "segmented == whole");
+}
+
+/// A diffusers/PEFT LoRA (split q/k/v, the output projection, a feed-forward, a refiner, the
+/// patch embedder) on the released single file, whose fused `qkv` takes it on row thirds, and on
+/// the diffusers folder.
+#[test]
+fn peft_lora_lands_on_both_layouts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture_path("z_image");
+    let r = open_fixture("z_image/reference.safetensors");
+    let loras = dir.join("loras");
+    for (i, model) in [
+        dir.join("z_image.safetensors"),
+        dir.join("transformer/diffusion_pytorch_model.safetensors"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let img = run_prompt(
+            model,
+            "A lovely cat, holding a sign.<lora:z_image_peft:1>",
+            &["--cfg-scale", "1", "--lora-model-dir", s(&loras)],
+            &tmp.path().join(format!("lora{i}.png")),
+        );
+        let p = psnr(&img.data, &image_bytes(&tensor(&r, "lora_image")));
+        eprintln!("Z-Image LoRA ({}): PSNR {p:.1} dB", model.display());
+        assert!(p >= 60.0, "LoRA: PSNR {p:.1} dB");
+    }
 }

@@ -15,6 +15,7 @@ Writes tests/fixtures/z_image/:
                              [L, 24]) per prompt; ZImagePipeline images `image_cfg` (guidance 3.5 = sd-cli cfg 4.5,
                              negative prompt) and `image_turbo` (guidance 0 = cfg 1), 4 euler steps on sd-cli's
                              `discrete` sigmas with shift 3 (the scheduler's own shift 1), FLUX fixtures' VAE;
+                             `lora_image` (Turbo with loras/z_image_peft.safetensors merged, a PEFT LoRA);
                              transformer calls on random inputs: `call{i}_x` (latent [16, H, W]),
                              `call{i}_cap` (caption states [L, 24]), `call{i}_sigma` and `call{i}_out` (the
                              flow velocity: minus the model's output, as ZImagePipeline uses it); captions of
@@ -136,6 +137,30 @@ def main():
         refs[name] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
         print(name, image.shape, float(image.min()), float(image.max()),
               "saturated", float(((image <= 0) | (image >= 1)).mean()))
+    # A diffusers/PEFT LoRA (no alpha: scale 1) on q, v, the output projection, a feed-forward, a
+    # refiner's key and the patch embedder; the single file's fused qkv takes q/k/v on row thirds.
+    import copy
+    torch.manual_seed(43)
+    lora_model = copy.deepcopy(model)
+    lora = {}
+    with torch.no_grad():
+        mods = dict(lora_model.named_modules())
+        for t in ["layers.0.attention.to_q", "layers.1.attention.to_v", "layers.0.attention.to_out.0",
+                  "layers.1.feed_forward.w2", "context_refiner.0.attention.to_k", "all_x_embedder.2-1"]:
+            w = mods[t].weight
+            a = torch.randn(2, w.shape[1]) * 0.2
+            b = torch.randn(w.shape[0], 2) * 0.2
+            w.add_(b @ a)
+            lora[f"transformer.{t}.lora_A.weight"] = a.contiguous()
+            lora[f"transformer.{t}.lora_B.weight"] = b.contiguous()
+    os.makedirs(f"{OUT}/loras", exist_ok=True)
+    save_file(lora, f"{OUT}/loras/z_image_peft.safetensors")
+    pipe = ZImagePipeline(scheduler=sched, vae=vae, text_encoder=te, tokenizer=tok, transformer=lora_model)
+    with torch.no_grad():
+        image = pipe(prompt_embeds=[emb["prompt"]], guidance_scale=0.0, num_inference_steps=STEPS,
+                     sigmas=sdcli_sigmas(STEPS), height=H, width=W, generator=torch.Generator().manual_seed(SEED),
+                     output_type="np").images[0]
+    refs["lora_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
     save_file(refs, f"{OUT}/reference.safetensors")
 
 

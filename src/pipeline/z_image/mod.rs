@@ -8,6 +8,7 @@
 //! `uncond + cfg · (cond − uncond)` (diffusers' `guidance_scale` is `cfg − 1`); the VAE latent
 //! is `z / 0.3611 + 0.1159`.
 
+pub mod lora;
 mod pipeline;
 
 pub use pipeline::ZImagePipeline;
@@ -91,7 +92,7 @@ impl Family for ZImageFamily {
     }
 
     fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
-        &[]
+        &[lora::z_image]
     }
 
     fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>> {
