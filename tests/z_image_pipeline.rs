@@ -17,7 +17,7 @@ use sd_cli::image_io::read_png;
 use sd_cli::models::dit::sd3::unpatchify;
 use sd_cli::models::dit::z_image::{patchify, ZImage, ZImageConfig, ZImageInputs, ZImageLayout};
 use sd_cli::models::te::qwen3::{self, Qwen3Config, Qwen3Source, Qwen3TextModel};
-use sd_cli::pipeline::z_image::TEMPLATE;
+use sd_cli::pipeline::z_image::{weighted_ids, TEMPLATE};
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::tokenizers::load_qwen_tokenizer;
 use sd_cli::weights::TensorStore;
@@ -254,4 +254,32 @@ fn peft_lora_lands_on_both_layouts() {
         eprintln!("Z-Image LoRA ({}): PSNR {p:.1} dB", model.display());
         assert!(p >= 60.0, "LoRA: PSNR {p:.1} dB");
     }
+}
+
+/// Emphasis as upstream: `(cat:1.5)` tokenized apart from the rest and its state rows weighted
+/// (the chunk's mean kept), the template's pieces too.
+#[test]
+fn emphasis_weights_the_caption_as_upstream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture_path("z_image");
+    let r = open_fixture("z_image/reference.safetensors");
+    let tok = load_qwen_tokenizer(&dir.join("tokenizer/tokenizer.json")).unwrap();
+    let prompt = "A lovely (cat:1.5), holding a sign.";
+    let (ids, weights) = weighted_ids(&tok, prompt).unwrap();
+    let want: Vec<i32> = tensor(&r, "weighted_ids")
+        .data
+        .iter()
+        .map(|&v| v as i32)
+        .collect();
+    assert_eq!(ids, want, "piecewise token ids");
+    assert!(weights.contains(&1.5));
+    let img = run_prompt(
+        &dir.join("z_image.safetensors"),
+        prompt,
+        &["--cfg-scale", "1"],
+        &tmp.path().join("w.png"),
+    );
+    let p = psnr(&img.data, &image_bytes(&tensor(&r, "image_weighted")));
+    eprintln!("Z-Image weighted prompt: PSNR {p:.1} dB");
+    assert!(p >= 60.0, "weighted prompt: PSNR {p:.1} dB");
 }

@@ -16,6 +16,8 @@ Writes tests/fixtures/z_image/:
                              negative prompt) and `image_turbo` (guidance 0 = cfg 1), 4 euler steps on sd-cli's
                              `discrete` sigmas with shift 3 (the scheduler's own shift 1), FLUX fixtures' VAE;
                              `lora_image` (Turbo with loras/z_image_peft.safetensors merged, a PEFT LoRA);
+                             `image_weighted` (Turbo, "A lovely (cat:1.5), holding a sign." with upstream's
+                             emphasis: pieces tokenized apart, rows weighted, mean restored; `weighted_ids`);
                              transformer calls on random inputs: `call{i}_x` (latent [16, H, W]),
                              `call{i}_cap` (caption states [L, 24]), `call{i}_sigma` and `call{i}_out` (the
                              flow velocity: minus the model's output, as ZImagePipeline uses it); captions of
@@ -38,6 +40,7 @@ OUT = "tests/fixtures/z_image"
 TOK = "tests/fixtures/qwen_tokenizer/tiny"
 FLUX_VAE = "tests/fixtures/flux/vae"
 PROMPT, NEGATIVE = "A lovely cat, holding a sign.", "blurry"
+WEIGHTED = "A lovely (cat:1.5), holding a sign."
 SEED, W, H, STEPS = 42, 48, 32, 4
 TEMPLATE = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
@@ -137,6 +140,27 @@ def main():
         refs[name] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
         print(name, image.shape, float(image.min()), float(image.max()),
               "saturated", float(((image <= 0) | (image >= 1)).mean()))
+    # Emphasis as upstream's LLM embedder applies it: template and prompt parts tokenized apart,
+    # each token's state row scaled by its weight, then everything by (mean before / mean after).
+    pieces = [("<|im_start|>user\n", 1.0), ("A lovely ", 1.0), ("cat", 1.5), (", holding a sign.", 1.0),
+              ("<|im_end|>\n<|im_start|>assistant\n", 1.0)]  # upstream's parse of WEIGHTED in its template
+    ids, weights = [], []
+    for text, wt in pieces:
+        t = tok(text, add_special_tokens=False).input_ids
+        ids += t
+        weights += [wt] * len(t)
+    with torch.no_grad():
+        states = te(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[-2][0]
+    before = states.mean()
+    states = states * torch.tensor(weights)[:, None]
+    states = states * (before / states.mean())
+    refs["weighted_ids"] = torch.tensor(ids).float()
+    pipe = ZImagePipeline(scheduler=sched, vae=vae, text_encoder=te, tokenizer=tok, transformer=model)
+    with torch.no_grad():
+        image = pipe(prompt_embeds=[states], guidance_scale=0.0, num_inference_steps=STEPS, sigmas=sdcli_sigmas(STEPS),
+                     height=H, width=W, generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
+    refs["image_weighted"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+
     # A diffusers/PEFT LoRA (no alpha: scale 1) on q, v, the output projection, a feed-forward, a
     # refiner's key and the patch embedder; the single file's fused qkv takes q/k/v on row thirds.
     import copy

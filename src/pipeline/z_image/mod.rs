@@ -2,7 +2,8 @@
 //! flow, shift 3) → FLUX's 16-channel VAE.
 //!
 //! sd-cli's rules (upstream `z_image.hpp`, its LLM embedder): the prompt in Qwen's chat template
-//! without a system turn, every token kept, no padding or truncation; the encoder's states
+//! without a system turn, every token kept, no padding or truncation, emphasis (`(word:1.5)`)
+//! parsed and its weights applied to the states as for CLIP; the encoder's states
 //! before its last layer (`hidden_states[-2]`, no final norm); the `discrete` flow schedule
 //! with shift 3 for Turbo and Base alike (`--flow-shift` overrides); CFG as
 //! `uncond + cfg · (cond − uncond)` (diffusers' `guidance_scale` is `cfg − 1`); the VAE latent
@@ -11,7 +12,7 @@
 pub mod lora;
 mod pipeline;
 
-pub use pipeline::ZImagePipeline;
+pub use pipeline::{weighted_ids, ZImagePipeline};
 
 use crate::error::Result;
 use crate::pipeline::components::{
@@ -33,6 +34,9 @@ pub const TEMPLATE: ChatTemplate = ChatTemplate {
     system: None,
     empty_prompt: "",
 };
+/// [`TEMPLATE`] around the prompt, as the pieces upstream tokenizes apart.
+pub const PROMPT_PREFIX: &str = "<|im_start|>user\n";
+pub const PROMPT_SUFFIX: &str = "<|im_end|>\n<|im_start|>assistant\n";
 
 pub(crate) const DIFFUSION: ComponentSpec = ComponentSpec::diffusion("a Z-Image diffusion model");
 pub(crate) const LLM: ComponentSpec = ComponentSpec::text_encoder(
@@ -97,5 +101,19 @@ impl Family for ZImageFamily {
 
     fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>> {
         Ok(Box::new(ZImagePipeline::load(files, ctx)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pieces_make_the_template() {
+        let p = "a cat";
+        assert_eq!(
+            TEMPLATE.render(p, ""),
+            format!("{PROMPT_PREFIX}{p}{PROMPT_SUFFIX}")
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::{DIFFUSION, FLOW_SHIFT, LLM, TEMPLATE, VAE_SCALE, VAE_SHIFT};
+use super::{DIFFUSION, FLOW_SHIFT, LLM, PROMPT_PREFIX, PROMPT_SUFFIX, VAE_SCALE, VAE_SHIFT};
 use crate::error::{Error, Result};
 use crate::models::dit::sd3::unpatchify;
 use crate::models::dit::z_image::{patchify, ZImage, ZImageConfig, ZImageInputs};
@@ -13,7 +13,7 @@ use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Pre
 use crate::pipeline::hires::second_pass;
 use crate::pipeline::memo::Memo;
 use crate::pipeline::preview::PreviewRequest;
-use crate::pipeline::text::load_qwen_tokenizer_of;
+use crate::pipeline::text::{apply_token_weights, load_qwen_tokenizer_of};
 use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
@@ -23,7 +23,27 @@ use crate::sampling::{
     Guidance, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions, SamplingPlan,
 };
 use crate::tensor::HostTensor;
-use crate::tokenizers::BpeTokenizer;
+use crate::tokenizers::{parse_emphasis, BpeTokenizer};
+
+/// The template and the prompt's emphasis parts tokenized one piece at a time (as upstream's LLM
+/// embedder does), with each token's weight: (ids, weights).
+pub fn weighted_ids(tokenizer: &BpeTokenizer, prompt: &str) -> Result<(Vec<i32>, Vec<f32>)> {
+    let mut ids = Vec::new();
+    let mut weights = Vec::new();
+    let mut push = |text: &str, weight: f32| {
+        let t = tokenizer.encode(text);
+        weights.extend(std::iter::repeat_n(weight, t.len()));
+        ids.extend(t.into_iter().map(|t| t as i32));
+    };
+    push(PROMPT_PREFIX, 1.0);
+    let parts = parse_emphasis(prompt)
+        .map_err(|e| Error::Unsupported(format!("prompt {prompt:?}: {e}")))?;
+    for part in parts {
+        push(&part.text, part.weight);
+    }
+    push(PROMPT_SUFFIX, 1.0);
+    Ok((ids, weights))
+}
 
 /// Qwen3-4B's rope base (files without a config or GGUF metadata).
 const QWEN3_ROPE_THETA: f32 = 1_000_000.0;
@@ -132,22 +152,15 @@ impl ZImagePipeline {
     }
 
     /// The prompt's caption states [cap_dim, L]: the templated prompt through all but the last
-    /// decoder layer (no final norm), every token kept.
+    /// decoder layer (no final norm), every token kept, upstream's emphasis weights applied.
     pub fn encode_prompt(&self, prompt: &str) -> Result<HostTensor> {
         self.captions.get_or_try(prompt, || -> Result<HostTensor> {
-            let ids: Vec<i32> = self
-                .tokenizer
-                .encode(&TEMPLATE.render(prompt, ""))
-                .into_iter()
-                .map(|t| t as i32)
-                .collect();
+            let (ids, weights) = weighted_ids(&self.tokenizer, prompt)?;
             let layers = self.te.model.config().layers.saturating_sub(1).max(1);
-            Ok(qwen3::encode_layers(
-                &self.te.runner,
-                &self.te.model,
-                &ids,
-                Some(layers),
-            )?)
+            let mut states =
+                qwen3::encode_layers(&self.te.runner, &self.te.model, &ids, Some(layers))?;
+            apply_token_weights(&mut states.data, states.ne[0], &weights);
+            Ok(states)
         })
     }
 
