@@ -88,6 +88,7 @@ fn time_model(
                         timesteps: &[0.7],
                         guidance: &[3.5],
                         txt_mask: None,
+                        skip_layers: &[],
                     };
                     vec![m.forward(g, &inputs).expect("forward")]
                 })

@@ -66,7 +66,7 @@ fn transformer(path: &Path, prefix: &str) -> (Flux, Runner) {
     )
 }
 
-fn call(model: &Flux, runner: &Runner, guidance: f32) -> HostTensor {
+fn call(model: &Flux, runner: &Runner, guidance: f32, skip: &[usize]) -> HostTensor {
     let r = refs();
     let (x, txt, pooled) = (
         tensor(&r, "call_x"),
@@ -87,6 +87,7 @@ fn call(model: &Flux, runner: &Runner, guidance: f32) -> HostTensor {
                 txt_mask: None,
                 timesteps: &[0.7],
                 guidance: &[guidance],
+                skip_layers: skip,
             };
             vec![model.forward(g, &inputs).unwrap()]
         })
@@ -103,15 +104,19 @@ fn transformer_matches_diffusers_in_both_layouts() {
     assert_eq!(dev.config().layout, FluxLayout::Diffusers);
     assert!(dev.config().guidance_embed);
     let want = tensor(&refs(), "call_dev");
-    let got = call(&dev, &runner, 3.5);
+    let got = call(&dev, &runner, 3.5, &[]);
     assert_close("dev (diffusers names)", &got, &want, 1e-4);
+    // --skip-layers [0,3]: double block 0 and single block 1 (numbered after the doubles).
+    let want = tensor(&refs(), "call_dev_skip");
+    let got = call(&dev, &runner, 3.5, &[0, 3]);
+    assert_close("dev without blocks 0 and 3", &got, &want, 1e-4);
 
     let (schnell, runner) =
         transformer(&dir().join("schnell.safetensors"), "model.diffusion_model.");
     assert_eq!(schnell.config().layout, FluxLayout::Bfl);
     assert!(!schnell.config().guidance_embed);
     let want = tensor(&refs(), "call_schnell");
-    let got = call(&schnell, &runner, 0.0);
+    let got = call(&schnell, &runner, 0.0, &[]);
     assert_close("schnell (BFL names)", &got, &want, 1e-4);
 }
 

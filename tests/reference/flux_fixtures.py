@@ -12,7 +12,8 @@ Writes tests/fixtures/flux/:
                             names (fused img_attn.qkv and single-block linear1, final_layer with
                             (shift, scale) halves), as `flux1-schnell.safetensors` has them
   reference.safetensors     prompt embeddings (T5 over 256 tokens, unmasked; pooled CLIP), one
-                            transformer call per model, and FluxPipeline images
+                            transformer call per model (and the dev call with --skip-layers [0,3]:
+                            `call_dev_skip`), and FluxPipeline images
 
 FluxPipeline runs under sd-cli's rules (REFERENCE-NOTES 29): T5 padded to 256 tokens
 (`max_sequence_length=256`), the `flux` schedule's mu from the latent pixel count (H/8)(W/8) instead of
@@ -298,6 +299,21 @@ def run_pipeline(pipe, guidance, **extra):
     return image, captured["latent"]
 
 
+def skip_call(model, x, txt, pooled, img_ids, txt_ids):
+    """The dev call without double block 0 and single block 1: sd-cli's --skip-layers [0,3] (single
+    blocks count after the double ones, as upstream numbers them)."""
+    double, single = model.transformer_blocks, model.single_transformer_blocks
+    model.transformer_blocks = torch.nn.ModuleList(list(double)[1:])
+    model.single_transformer_blocks = torch.nn.ModuleList([b for i, b in enumerate(single) if i != 1])
+    try:
+        with torch.no_grad():
+            return model(hidden_states=x, encoder_hidden_states=txt, pooled_projections=pooled,
+                         timestep=torch.tensor([0.7]), img_ids=img_ids, txt_ids=txt_ids,
+                         guidance=torch.tensor([3.5])).sample[0]
+    finally:
+        model.transformer_blocks, model.single_transformer_blocks = double, single
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     clip = CLIPTextModel.from_pretrained(f"{SD1}/text_encoder", torch_dtype=torch.float32).eval()
@@ -422,6 +438,7 @@ def main():
                         timestep=torch.tensor([0.7]), img_ids=img_ids, txt_ids=txt_ids,
                         guidance=torch.tensor([3.5]) if model.config.guidance_embeds else None).sample
             refs[f"call_{name}"] = out[0].contiguous()
+        refs["call_dev_skip"] = skip_call(dev, x, txt, pooled, img_ids, txt_ids).contiguous()
 
     dev.save_pretrained(f"{OUT}/dev/transformer", safe_serialization=True)
     ae.save_pretrained(f"{OUT}/vae", safe_serialization=True)

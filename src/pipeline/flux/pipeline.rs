@@ -354,6 +354,7 @@ impl FluxPipeline {
         cond: &FluxCondition,
         sigma: f32,
         guidance: f32,
+        skip: &[usize],
     ) -> Result<Vec<f32>> {
         let (w, h, ch) = lat;
         let latent = HostTensor::image(w, h, ch, x.to_vec())?;
@@ -387,6 +388,7 @@ impl FluxPipeline {
                 txt_mask: cond.mask.as_deref(),
                 timesteps: &[sigma],
                 guidance: &[guidance],
+                skip_layers: skip,
             };
             match model.forward(g, &inputs) {
                 Ok(t) => vec![t],
@@ -553,7 +555,7 @@ struct FluxModel<'a> {
 
 impl GuidedModel for FluxModel<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
-        let run = |c: &FluxCondition| {
+        let run = |c: &FluxCondition, skip: &[usize]| {
             self.pipe
                 .velocity(
                     call.x,
@@ -562,12 +564,23 @@ impl GuidedModel for FluxModel<'_> {
                     c,
                     call.sigma,
                     call.distilled_guidance,
+                    skip,
                 )
                 .map_err(|e| format!("{e:#}"))
         };
-        let cond = run(self.cond)?;
+        let cond = run(self.cond, &[])?;
+        let skip_cond = call
+            .needs
+            .skip_cond
+            .then(|| run(self.cond, call.skip_layers))
+            .transpose()?;
+        let uncond_skip = if call.needs.skip_uncond {
+            call.skip_layers
+        } else {
+            &[]
+        };
         let uncond = match (call.needs.uncond, self.uncond) {
-            (true, Some(u)) => Some(run(u)?),
+            (true, Some(u)) => Some(run(u, uncond_skip)?),
             (true, None) => {
                 return Err(
                     "the unconditional prediction was asked without a negative prompt".into(),
@@ -579,8 +592,13 @@ impl GuidedModel for FluxModel<'_> {
             cond,
             uncond,
             img_uncond: None,
-            skip_cond: None,
+            skip_cond,
         })
+    }
+
+    /// Upstream's FLUX takes `--skip-layers` too (double blocks first, then single ones).
+    fn can_skip_layers(&self) -> bool {
+        true
     }
 }
 

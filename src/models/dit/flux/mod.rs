@@ -43,6 +43,9 @@ pub struct FluxInputs<'g, 'a> {
     /// Chroma's additive mask over the text keys (0 or −∞, one per text token); image keys
     /// are always attended.
     pub txt_mask: Option<&'a [f32]>,
+    /// Blocks skip-layer guidance leaves out: double block i is i, single block i is
+    /// (double blocks) + i, as upstream numbers them.
+    pub skip_layers: &'a [usize],
 }
 
 /// BFL's `MLPEmbedder` / diffusers' `TimestepEmbedding`: in → SiLU → out.
@@ -444,7 +447,11 @@ impl Flux {
         let prelude = format!("{CUT_PREFIX}.prelude");
         let mut x = g.cut(&prelude, "img", self.img_in.forward(g, inputs.img));
         let mut t = g.cut(&prelude, "txt", self.txt_in.forward(g, inputs.txt));
+        let doubles = self.double.len();
         for (i, block) in self.double.iter().enumerate() {
+            if inputs.skip_layers.contains(&i) {
+                continue;
+            }
             let (im, tm) = mods.double(g, block, i);
             let (xi, ti) = block.forward(g, x, t, (&im, &tm), rope, mask, c);
             let group = format!("{CUT_PREFIX}.double_blocks.{i}");
@@ -453,6 +460,9 @@ impl Flux {
         }
         let mut joint = g.concat(t, x, 1);
         for (i, block) in self.single.iter().enumerate() {
+            if inputs.skip_layers.contains(&(doubles + i)) {
+                continue;
+            }
             let group = format!("{CUT_PREFIX}.single_blocks.{i}");
             let m = mods.single(g, block, i);
             joint = g.cut(&group, "x", block.forward(g, joint, &m, rope, mask, c));
