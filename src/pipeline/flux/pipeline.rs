@@ -352,10 +352,13 @@ impl FluxPipeline {
         lat: (usize, usize, usize),
         refs: &RefTokens,
         cond: &FluxCondition,
-        sigma: f32,
-        guidance: f32,
-        skip: &[usize],
+        step: StepInputs<'_>,
     ) -> Result<Vec<f32>> {
+        let StepInputs {
+            sigma,
+            guidance,
+            skip,
+        } = step;
         let (w, h, ch) = lat;
         let latent = HostTensor::image(w, h, ch, x.to_vec())?;
         let mut tokens = packing::pack(&latent);
@@ -543,6 +546,14 @@ struct RefTokens {
 /// Upstream rounds FLUX reference sizes to 16 pixels.
 const REF_MULTIPLE: f64 = 16.0;
 
+/// One call's step values: σ, the distilled guidance, the blocks to leave out.
+#[derive(Clone, Copy)]
+struct StepInputs<'a> {
+    sigma: f32,
+    guidance: f32,
+    skip: &'a [usize],
+}
+
 /// The transformer as the guided denoiser's model (cond and uncond as separate calls: their
 /// T5 lengths may differ).
 struct FluxModel<'a> {
@@ -562,9 +573,11 @@ impl GuidedModel for FluxModel<'_> {
                     self.lat,
                     &self.refs,
                     c,
-                    call.sigma,
-                    call.distilled_guidance,
-                    skip,
+                    StepInputs {
+                        sigma: call.sigma,
+                        guidance: call.distilled_guidance,
+                        skip,
+                    },
                 )
                 .map_err(|e| format!("{e:#}"))
         };
