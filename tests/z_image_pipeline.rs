@@ -283,3 +283,50 @@ fn emphasis_weights_the_caption_as_upstream() {
     eprintln!("Z-Image weighted prompt: PSNR {p:.1} dB");
     assert!(p >= 60.0, "weighted prompt: PSNR {p:.1} dB");
 }
+
+/// The diffusers folder as `-m` (model_index.json, transformer/, text_encoder/, tokenizer/,
+/// vae/), as the Hugging Face repository ships it.
+#[test]
+fn diffusers_folder_runs_as_one_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("Z-Image-Turbo");
+    let dir = fixture_path("z_image");
+    let copy = |from: &Path, to: &str| {
+        let to = root.join(to);
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    };
+    copy(&dir.join("transformer"), "transformer");
+    copy(&dir.join("text_encoder"), "text_encoder");
+    copy(&dir.join("tokenizer"), "tokenizer");
+    copy(&fixture_path("flux").join("vae"), "vae");
+    std::fs::write(
+        root.join("model_index.json"),
+        r#"{"_class_name": "ZImagePipeline", "text_encoder": ["transformers", "Qwen3Model"],
+            "tokenizer": ["transformers", "Qwen2Tokenizer"],
+            "transformer": ["diffusers", "ZImageTransformer2DModel"],
+            "vae": ["diffusers", "AutoencoderKL"]}"#,
+    )
+    .unwrap();
+    let out = tmp.path().join("folder.png");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-m", s(&root)])
+        .args(["-p", "A lovely cat, holding a sign.", "--steps", "4"])
+        .args([
+            "-W", "48", "-H", "32", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
+        .args(["--cfg-scale", "1", "-o", s(&out)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = open_fixture("z_image/reference.safetensors");
+    let p = psnr(
+        &read_png(&out).unwrap().data,
+        &image_bytes(&tensor(&r, "image_turbo")),
+    );
+    eprintln!("Z-Image diffusers folder: PSNR {p:.1} dB");
+    assert!(p >= 60.0, "folder: PSNR {p:.1} dB");
+}
