@@ -26,6 +26,7 @@ extern crate llama_cpp_sys_2;
 
 pub mod app;
 pub mod cli;
+pub mod cpu_info;
 pub mod dtype;
 pub mod error;
 #[allow(unsafe_code)]

@@ -132,6 +132,9 @@ impl BackendPlan {
             backend.name(),
             backend.info().description
         );
+        if backend.is_cpu() {
+            log::debug!("CPU {}", crate::cpu_info::cpu_line(self.threads));
+        }
         self.opened.borrow_mut().push((choice, backend.clone()));
         Ok(backend)
     }
