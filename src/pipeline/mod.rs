@@ -12,6 +12,7 @@ pub mod lora;
 pub mod mask;
 mod memo;
 pub mod model_args;
+pub mod passes;
 pub mod pixart;
 pub mod preview;
 pub mod prompt;

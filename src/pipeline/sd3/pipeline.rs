@@ -10,17 +10,13 @@ use crate::models::te::clip::{clip_skip_layers, ClipActivation};
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
-use crate::pipeline::hires::second_pass;
-use crate::pipeline::preview::PreviewRequest;
+use crate::pipeline::passes::{sample_passes, PassRequest};
 use crate::pipeline::text::{load_clip, load_t5, load_t5_tokenizer};
 use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
-use crate::rng::Rng;
 use crate::runner::{Loaded, Runner, StoreSource};
-use crate::sampling::{
-    Guidance, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions, SamplingPlan,
-};
+use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
 use crate::tensor::HostTensor;
 use crate::tokenizers::clip::ClipTokenizer;
 
@@ -32,20 +28,6 @@ pub struct Sd3Pipeline {
     schedule: ModelSchedule,
     prediction: Prediction,
     batch: Option<Prepared>,
-}
-
-struct Sd3Request<'a> {
-    prompt: &'a str,
-    negative_prompt: &'a str,
-    width: usize,
-    height: usize,
-    guidance: Guidance,
-    plan: &'a SamplingPlan,
-    noise_rng: &'a mut dyn Rng,
-    sampler_rng: &'a mut dyn Rng,
-    init: Option<(&'a HostTensor, f32)>,
-    preview: Option<PreviewRequest<'a>>,
-    mask: Option<&'a HostTensor>,
 }
 
 impl Sd3Pipeline {
@@ -227,7 +209,7 @@ impl Sd3Pipeline {
         Ok(unpatchify(&v.data, w, h, ch, c.patch_size).data)
     }
 
-    fn sample(&self, req: Sd3Request<'_>) -> Result<HostTensor> {
+    fn sample(&self, req: PassRequest<'_>) -> Result<HostTensor> {
         crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
         let t0 = Instant::now();
         let cond = self.condition(req.prompt)?;
@@ -338,40 +320,10 @@ impl Generator for Sd3Pipeline {
         Ok(())
     }
 
-    fn generate(&mut self, mut job: ImageJob<'_>) -> Result<HostTensor> {
+    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
-        let hires = job.hires.take();
-        let x = self.sample(Sd3Request {
-            prompt: job.prompt,
-            negative_prompt: job.negative_prompt,
-            width: batch.width,
-            height: batch.height,
-            guidance: job.guidance,
-            plan: job.plan,
-            noise_rng: job.noise_rng,
-            sampler_rng: job.sampler_rng,
-            init: batch.init.as_ref().map(|z| (z, job.strength)),
-            preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
-            mask: batch.denoise_mask(),
-        })?;
-        let x = match hires {
-            Some(h) => second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
-                self.sample(Sd3Request {
-                    prompt: job.prompt,
-                    negative_prompt: job.negative_prompt,
-                    width: p.width,
-                    height: p.height,
-                    guidance: job.guidance,
-                    plan: p.plan,
-                    noise_rng: p.noise_rng,
-                    sampler_rng: p.sampler_rng,
-                    init: Some((p.init, p.strength)),
-                    preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
-                    mask: p.mask,
-                })
-            })?,
-            None => x,
-        };
-        self.decode(&x, job.tiling)
+        let tiling = job.tiling;
+        let x = sample_passes(job, batch, &self.vae, |req| self.sample(req))?;
+        self.decode(&x, tiling)
     }
 }

@@ -10,18 +10,14 @@ use crate::models::te::qwen3::{self, qwen3_hparams_or, Qwen3Config, Qwen3Source,
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
-use crate::pipeline::hires::second_pass;
 use crate::pipeline::memo::Memo;
-use crate::pipeline::preview::PreviewRequest;
+use crate::pipeline::passes::{sample_passes, PassRequest};
 use crate::pipeline::text::{apply_token_weights, load_qwen_tokenizer_of};
 use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
 use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
-use crate::rng::Rng;
 use crate::runner::{Loaded, Runner, StoreSource};
-use crate::sampling::{
-    Guidance, GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions, SamplingPlan,
-};
+use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
 use crate::tensor::HostTensor;
 use crate::tokenizers::{parse_emphasis, BpeTokenizer};
 
@@ -59,20 +55,6 @@ pub struct ZImagePipeline {
     /// Caption states of the last prompts (cond and uncond repeat across a batch).
     captions: Memo<HostTensor>,
     batch: Option<Prepared>,
-}
-
-struct ZImageRequest<'a> {
-    prompt: &'a str,
-    negative_prompt: &'a str,
-    width: usize,
-    height: usize,
-    guidance: Guidance,
-    plan: &'a SamplingPlan,
-    noise_rng: &'a mut dyn Rng,
-    sampler_rng: &'a mut dyn Rng,
-    init: Option<(&'a HostTensor, f32)>,
-    preview: Option<PreviewRequest<'a>>,
-    mask: Option<&'a HostTensor>,
 }
 
 impl ZImagePipeline {
@@ -208,7 +190,7 @@ impl ZImagePipeline {
         Ok(unpatchify(&v.data, w, h, c.out_channels, p).data)
     }
 
-    fn sample(&self, req: ZImageRequest<'_>) -> Result<HostTensor> {
+    fn sample(&self, req: PassRequest<'_>) -> Result<HostTensor> {
         crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
         let t0 = Instant::now();
         let cond = self.encode_prompt(req.prompt)?;
@@ -307,40 +289,10 @@ impl Generator for ZImagePipeline {
         Ok(())
     }
 
-    fn generate(&mut self, mut job: ImageJob<'_>) -> Result<HostTensor> {
+    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
-        let hires = job.hires.take();
-        let x = self.sample(ZImageRequest {
-            prompt: job.prompt,
-            negative_prompt: job.negative_prompt,
-            width: batch.width,
-            height: batch.height,
-            guidance: job.guidance,
-            plan: job.plan,
-            noise_rng: job.noise_rng,
-            sampler_rng: job.sampler_rng,
-            init: batch.init.as_ref().map(|z| (z, job.strength)),
-            preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
-            mask: batch.denoise_mask(),
-        })?;
-        let x = match hires {
-            Some(h) => second_pass(&self.vae, &x, h, job.tiling, batch.mask.as_ref(), |p| {
-                self.sample(ZImageRequest {
-                    prompt: job.prompt,
-                    negative_prompt: job.negative_prompt,
-                    width: p.width,
-                    height: p.height,
-                    guidance: job.guidance,
-                    plan: p.plan,
-                    noise_rng: p.noise_rng,
-                    sampler_rng: p.sampler_rng,
-                    init: Some((p.init, p.strength)),
-                    preview: ImageJob::preview_request(job.preview.as_deref_mut(), job.tiling),
-                    mask: p.mask,
-                })
-            })?,
-            None => x,
-        };
-        self.decode(&x, job.tiling)
+        let tiling = job.tiling;
+        let x = sample_passes(job, batch, &self.vae, |req| self.sample(req))?;
+        self.decode(&x, tiling)
     }
 }
