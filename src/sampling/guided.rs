@@ -78,6 +78,45 @@ pub struct Predictions {
     pub skip_cond: Option<Vec<f32>>,
 }
 
+impl Predictions {
+    /// The predictions a step asks for, each from one call of `run(condition, skipped
+    /// blocks)`: cond; cond without the skip layers (skip-layer guidance); uncond (with the
+    /// skip layers left out under `slg_uncond`). For models that evaluate each condition alone.
+    pub fn one_call_each<C>(
+        call: &ModelCall<'_>,
+        cond: &C,
+        uncond: Option<&C>,
+        mut run: impl FnMut(&C, &[usize]) -> Result<Vec<f32>, String>,
+    ) -> Result<Predictions, String> {
+        let cond_out = run(cond, &[])?;
+        let skip_cond = if call.needs.skip_cond {
+            Some(run(cond, call.skip_layers)?)
+        } else {
+            None
+        };
+        let uncond_skip = if call.needs.skip_uncond {
+            call.skip_layers
+        } else {
+            &[]
+        };
+        let uncond = match (call.needs.uncond, uncond) {
+            (true, Some(u)) => Some(run(u, uncond_skip)?),
+            (true, None) => {
+                return Err(
+                    "the unconditional prediction was asked without a negative prompt".into(),
+                )
+            }
+            (false, _) => None,
+        };
+        Ok(Predictions {
+            cond: cond_out,
+            uncond,
+            img_uncond: None,
+            skip_cond,
+        })
+    }
+}
+
 /// A family's model: raw predictions for the conditions a step needs (batched or one call
 /// each, as the model prefers). Errors are reported as the message of a failed evaluation.
 pub trait GuidedModel {

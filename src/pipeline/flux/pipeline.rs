@@ -566,46 +566,15 @@ struct FluxModel<'a> {
 
 impl GuidedModel for FluxModel<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
-        let run = |c: &FluxCondition, skip: &[usize]| {
+        Predictions::one_call_each(&call, self.cond, self.uncond, |c, skip| {
+            let step = StepInputs {
+                sigma: call.sigma,
+                guidance: call.distilled_guidance,
+                skip,
+            };
             self.pipe
-                .velocity(
-                    call.x,
-                    self.lat,
-                    &self.refs,
-                    c,
-                    StepInputs {
-                        sigma: call.sigma,
-                        guidance: call.distilled_guidance,
-                        skip,
-                    },
-                )
+                .velocity(call.x, self.lat, &self.refs, c, step)
                 .map_err(|e| format!("{e:#}"))
-        };
-        let cond = run(self.cond, &[])?;
-        let skip_cond = call
-            .needs
-            .skip_cond
-            .then(|| run(self.cond, call.skip_layers))
-            .transpose()?;
-        let uncond_skip = if call.needs.skip_uncond {
-            call.skip_layers
-        } else {
-            &[]
-        };
-        let uncond = match (call.needs.uncond, self.uncond) {
-            (true, Some(u)) => Some(run(u, uncond_skip)?),
-            (true, None) => {
-                return Err(
-                    "the unconditional prediction was asked without a negative prompt".into(),
-                )
-            }
-            (false, _) => None,
-        };
-        Ok(Predictions {
-            cond,
-            uncond,
-            img_uncond: None,
-            skip_cond,
         })
     }
 

@@ -251,26 +251,10 @@ struct ZImageModel<'a> {
 
 impl GuidedModel for ZImageModel<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
-        let run = |cap: &HostTensor| {
+        Predictions::one_call_each(&call, self.cond, self.uncond, |cap, _| {
             self.pipe
                 .velocity(call.x, self.lat, cap, call.sigma)
                 .map_err(|e| format!("{e:#}"))
-        };
-        let cond = run(self.cond)?;
-        let uncond = match (call.needs.uncond, self.uncond) {
-            (true, Some(u)) => Some(run(u)?),
-            (true, None) => {
-                return Err(
-                    "the unconditional prediction was asked without a negative prompt".into(),
-                )
-            }
-            (false, _) => None,
-        };
-        Ok(Predictions {
-            cond,
-            uncond,
-            img_uncond: None,
-            skip_cond: None,
         })
     }
 }
