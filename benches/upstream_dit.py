@@ -18,6 +18,7 @@ import argparse
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "../tests/reference"))
 
 
+def qwen3_4b(dst):
+    """Qwen3-4B's shape whole (36 layers: upstream's Z-Image reads layer 35 by index), random f16 in
+    transformers' names."""
+    from transformers import Qwen3Config, Qwen3Model
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
+                      rope_theta=1e6, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = Qwen3Model(cfg)
+    gen = torch.Generator().manual_seed(1)
+    state = {}
+    for k, v in model.state_dict().items():
+        t = torch.ones(v.shape) if v.ndim == 1 else torch.randn(v.shape, generator=gen) * 0.02
+        state["model." + k] = t.to(torch.float16)
+    save_file(state, dst)
+
+
 def single_file(model_name, src, dst):
     """FLUX: the bench's transformer in BFL names. SD3.5 medium: the released depth (24 blocks, the
     first 13 with a second attention), random f16 in Stability's names, because upstream reads the
@@ -37,6 +55,11 @@ def single_file(model_name, src, dst):
     if model_name == "flux":
         import flux_fixtures as fx
         save_file(fx.to_bfl(FluxTransformer2DModel.from_pretrained(src)), dst)
+        return
+    if model_name == "zimage":
+        from diffusers import ZImageTransformer2DModel
+        import z_image_fixtures as fx
+        save_file(fx.to_original(ZImageTransformer2DModel.from_pretrained(src)), dst)
         return
     import sd3_fixtures as fx
     with torch.device("meta"):
@@ -127,7 +150,7 @@ def timed_steps(cmd, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", choices=["flux", "sd35m"])
+    ap.add_argument("model", choices=["flux", "sd35m", "zimage"])
     ap.add_argument("--dir", default=None)
     ap.add_argument("--types", default="q8_0")
     ap.add_argument("--ours", default=os.path.join(HERE, "../target/release/sd-cli"))
@@ -144,17 +167,30 @@ def main():
     if not os.path.exists(os.path.join(vae_dir, "diffusion_pytorch_model.safetensors")):
         vae(vae_dir)
     vae_file = os.path.join(vae_dir, "diffusion_pytorch_model.safetensors")
-    # Upstream crashes with no text encoder at all (SIGSEGV), and for SD3 with CLIP-L alone (a rank
-    # mismatch joining the pooled states): both programs get CLIP-L, and for SD3 CLIP-G too.
-    encoders = [("clip_l", False)] + ([("clip_g", True)] if args.model == "sd35m" else [])
-    cfg = ["--cfg-scale", "1", "--guidance", "3.5"] if args.model == "flux" else ["--cfg-scale", "4.5"]
-    for name, big in encoders:
-        path = os.path.join(d, f"{name}.safetensors")
-        if not os.path.exists(path):
-            clip(path, big)
-        cfg += [f"--{name}", path]
-    common = ["-p", "a cat", "--steps", str(args.steps), "-W", "512", "-H", "512", "-s", "42", "-t", "2",
-              "--sampling-method", "euler", "-o", os.path.join(d, "out.png")] + cfg
+    size = ["-W", "512", "-H", "512"]
+    if args.model == "zimage":
+        # Z-Image Turbo at 1024²: the whole Qwen3-4B shape (random; ours reads the tiny Qwen
+        # tokenizer placed beside it, upstream its built-in one: captions of similar length, both
+        # padded to 32).
+        llm = os.path.join(d, "llm", "qwen3_4b.safetensors")
+        if not os.path.exists(llm):
+            os.makedirs(os.path.dirname(llm), exist_ok=True)
+            qwen3_4b(llm)
+            shutil.copy(os.path.join(HERE, "../tests/fixtures/z_image/tokenizer/tokenizer.json"),
+                        os.path.join(os.path.dirname(llm), "tokenizer.json"))
+        cfg, size = ["--cfg-scale", "1", "--llm", llm], ["-W", "1024", "-H", "1024"]
+    else:
+        # Upstream crashes with no text encoder at all (SIGSEGV), and for SD3 with CLIP-L alone (a
+        # rank mismatch joining the pooled states): both programs get CLIP-L, for SD3 CLIP-G too.
+        encoders = [("clip_l", False)] + ([("clip_g", True)] if args.model == "sd35m" else [])
+        cfg = ["--cfg-scale", "1", "--guidance", "3.5"] if args.model == "flux" else ["--cfg-scale", "4.5"]
+        for name, big in encoders:
+            path = os.path.join(d, f"{name}.safetensors")
+            if not os.path.exists(path):
+                clip(path, big)
+            cfg += [f"--{name}", path]
+    common = ["-p", "a cat", "--steps", str(args.steps), "-s", "42", "-t", "2", "--sampling-method", "euler",
+              "-o", os.path.join(d, "out.png")] + size + cfg
     for ty in args.types.split(","):
         gguf = os.path.join(d, f"dit_{ty}.gguf")
         if not os.path.exists(gguf):
