@@ -3,13 +3,14 @@
 
 use crate::error::Result;
 use crate::rng::Rng;
-use crate::sampling::{Guidance, SamplingPlan};
+use crate::sampling::{Guidance, GuidedModel, ModelSchedule, Prediction, SamplingPlan};
 use crate::tensor::HostTensor;
 
 use super::family::{ImageJob, Prepared};
 use super::hires::second_pass;
 use super::preview::PreviewRequest;
 use super::vae::VaeStage;
+use super::{denoise, SampleJob};
 
 /// One sampling pass (first or hires) of a family without reference images.
 pub struct PassRequest<'a> {
@@ -69,4 +70,41 @@ pub fn sample_passes(
         }),
         None => Ok(x),
     }
+}
+
+/// What one pass of a flow DiT family samples with: its VAE (and `--taesd` preview decoder),
+/// prediction and schedule.
+pub struct PassStage<'a> {
+    pub vae: &'a VaeStage,
+    pub preview_vae: Option<&'a VaeStage>,
+    pub prediction: Prediction,
+    pub schedule: &'a ModelSchedule,
+    /// The family's name in messages ("SD3").
+    pub family: &'a str,
+}
+
+/// Denoises `req` with `model` into a latent [w, h, channels] (in the VAE stage's space) and
+/// returns it with the number of steps run.
+pub fn denoise_pass<M: GuidedModel>(
+    req: PassRequest<'_>,
+    model: M,
+    stage: &PassStage<'_>,
+    lat: (usize, usize, usize),
+) -> Result<(HostTensor, usize)> {
+    let job = SampleJob {
+        plan: req.plan,
+        guidance: req.guidance,
+        noise_rng: req.noise_rng,
+        sampler_rng: req.sampler_rng,
+        init: req.init,
+        preview: req
+            .preview
+            .map(|p| p.with_decoders(None, stage.vae, stage.preview_vae)),
+        mask: req.mask,
+    };
+    if let Some(p) = &job.preview {
+        p.check(stage.family);
+    }
+    let (latent, steps) = denoise(model, stage.prediction, stage.schedule, job, lat)?;
+    Ok((HostTensor::image(lat.0, lat.1, lat.2, latent)?, steps))
 }

@@ -226,6 +226,30 @@ impl Runner {
         Ok(results)
     }
 
+    /// [`Runner::compute`] for a graph with one output whose building may fail (a model's
+    /// `forward` checking its inputs): the build's error, else the output.
+    pub fn compute_one<F, E>(&self, build: F) -> Result<HostTensor, E>
+    where
+        F: for<'g> FnOnce(&'g GraphCtx<'g>) -> Result<Tensor<'g>, E>,
+        E: From<RunnerError>,
+    {
+        let mut error = None;
+        let out = self.compute(|g| match build(g) {
+            Ok(t) => vec![t],
+            Err(e) => {
+                error = Some(e);
+                // A graph needs a node; this one is never read.
+                vec![g.input_f32("compute_one.unused", [1, 1, 1, 1], vec![0.0])]
+            }
+        });
+        if let Some(e) = error {
+            return Err(e);
+        }
+        out?.into_iter().next().ok_or_else(|| {
+            RunnerError::Internal(format!("{}: the graph had no output", self.name)).into()
+        })
+    }
+
     fn run_graph<F>(
         &self,
         ctx: &Context,

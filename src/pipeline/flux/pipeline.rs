@@ -378,8 +378,7 @@ impl FluxPipeline {
         let n = pos.len();
         let c = self.config();
         let model = &self.dit.model;
-        let mut error = None;
-        let out = self.dit.runner.compute(|g| {
+        let v = self.dit.runner.compute_one(|g| {
             let inputs = FluxInputs {
                 img: g.input_f32("flux.img", [c.in_channels, n, 1, 1], tokens.clone()),
                 img_pos: &pos,
@@ -393,21 +392,8 @@ impl FluxPipeline {
                 guidance: &[guidance],
                 skip_layers: skip,
             };
-            match model.forward(g, &inputs) {
-                Ok(t) => vec![t],
-                Err(e) => {
-                    error = Some(e);
-                    vec![]
-                }
-            }
-        });
-        if let Some(e) = error {
-            return Err(e.into());
-        }
-        let v = out?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Unsupported("the FLUX transformer returned nothing".into()))?;
+            model.forward(g, &inputs)
+        })?;
         Ok(packing::unpack(&v.data, w, h, ch).data)
     }
 

@@ -10,10 +10,9 @@ use crate::models::te::clip::{clip_skip_layers, ClipActivation};
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
-use crate::pipeline::passes::{sample_passes, PassRequest};
+use crate::pipeline::passes::{denoise_pass, sample_passes, PassRequest, PassStage};
 use crate::pipeline::text::{load_clip, load_t5, load_t5_tokenizer};
 use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
-use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
 use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
@@ -186,26 +185,12 @@ impl Sd3Pipeline {
         let (w, h, ch) = lat;
         let c = self.dit.model.config();
         let model = &self.dit.model;
-        let mut error = None;
-        let out = self.dit.runner.compute(|g| {
+        let v = self.dit.runner.compute_one(|g| {
             let latent = g.input_f32("sd3.x", [w, h, ch, 1], x.to_vec());
             let context = g.input_f32("sd3.context", cond.context.ne, cond.context.data.clone());
             let pooled = g.input_f32("sd3.pooled", [c.pooled_dim, 1, 1, 1], cond.pooled.clone());
-            match model.forward(g, latent, context, pooled, &[sigma], skip) {
-                Ok(t) => vec![t],
-                Err(e) => {
-                    error = Some(e);
-                    vec![]
-                }
-            }
-        });
-        if let Some(e) = error {
-            return Err(e.into());
-        }
-        let v = out?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Unsupported("the MMDiT returned nothing".into()))?;
+            model.forward(g, latent, context, pooled, &[sigma], skip)
+        })?;
         Ok(unpatchify(&v.data, w, h, ch, c.patch_size).data)
     }
 
@@ -229,26 +214,19 @@ impl Sd3Pipeline {
             uncond: uncond.as_ref(),
             lat: (lw, lh, lc),
         };
-        let job = SampleJob {
-            plan: req.plan,
-            guidance: req.guidance,
-            noise_rng: req.noise_rng,
-            sampler_rng: req.sampler_rng,
-            init: req.init,
-            preview: req
-                .preview
-                .map(|p| p.with_decoders(None, &self.vae, self.preview_vae.as_ref())),
-            mask: req.mask,
+        let stage = PassStage {
+            vae: &self.vae,
+            preview_vae: self.preview_vae.as_ref(),
+            prediction: self.prediction,
+            schedule: &self.schedule,
+            family: "SD3",
         };
-        if let Some(p) = &job.preview {
-            p.check("SD3");
-        }
-        let (latent, steps) = denoise(model, self.prediction, &self.schedule, job, (lw, lh, lc))?;
+        let (latent, steps) = denoise_pass(req, model, &stage, (lw, lh, lc))?;
         log::debug!(
             "sd3: condition {condition_secs:.2}s, sampling {:.2}s ({steps} steps)",
             t1.elapsed().as_secs_f64()
         );
-        Ok(HostTensor::image(lw, lh, lc, latent)?)
+        Ok(latent)
     }
 
     fn decode(&self, x: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {

@@ -11,10 +11,9 @@ use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::memo::Memo;
-use crate::pipeline::passes::{sample_passes, PassRequest};
+use crate::pipeline::passes::{denoise_pass, sample_passes, PassRequest, PassStage};
 use crate::pipeline::text::{apply_token_weights, load_qwen_tokenizer_of};
 use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
-use crate::pipeline::{denoise, SampleJob};
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
 use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
@@ -164,29 +163,15 @@ impl ZImagePipeline {
             p,
         );
         let model = &self.dit.model;
-        let mut error = None;
-        let out = self.dit.runner.compute(|g| {
+        let v = self.dit.runner.compute_one(|g| {
             let inputs = ZImageInputs {
                 img: g.input_f32("zimage.img", tokens.ne, tokens.data.clone()),
                 grid: (h / p, w / p),
                 cap: g.input_f32("zimage.cap", cap.ne, cap.data.clone()),
                 sigmas: &[sigma],
             };
-            match model.forward(g, &inputs) {
-                Ok(t) => vec![t],
-                Err(e) => {
-                    error = Some(e);
-                    vec![]
-                }
-            }
-        });
-        if let Some(e) = error {
-            return Err(e.into());
-        }
-        let v = out?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Unsupported("the Z-Image transformer returned nothing".into()))?;
+            model.forward(g, &inputs)
+        })?;
         Ok(unpatchify(&v.data, w, h, c.out_channels, p).data)
     }
 
@@ -210,26 +195,19 @@ impl ZImagePipeline {
             uncond: uncond.as_ref(),
             lat: (lw, lh, lc),
         };
-        let job = SampleJob {
-            plan: req.plan,
-            guidance: req.guidance,
-            noise_rng: req.noise_rng,
-            sampler_rng: req.sampler_rng,
-            init: req.init,
-            preview: req
-                .preview
-                .map(|p| p.with_decoders(None, &self.vae, self.preview_vae.as_ref())),
-            mask: req.mask,
+        let stage = PassStage {
+            vae: &self.vae,
+            preview_vae: self.preview_vae.as_ref(),
+            prediction: self.prediction,
+            schedule: &self.schedule,
+            family: "Z-Image",
         };
-        if let Some(p) = &job.preview {
-            p.check("Z-Image");
-        }
-        let (latent, steps) = denoise(model, self.prediction, &self.schedule, job, (lw, lh, lc))?;
+        let (latent, steps) = denoise_pass(req, model, &stage, (lw, lh, lc))?;
         log::debug!(
             "z_image: condition {condition_secs:.2}s, sampling {:.2}s ({steps} steps)",
             t1.elapsed().as_secs_f64()
         );
-        Ok(HostTensor::image(lw, lh, lc, latent)?)
+        Ok(latent)
     }
 
     fn decode(&self, x: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {

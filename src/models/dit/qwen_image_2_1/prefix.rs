@@ -269,10 +269,9 @@ impl QwenImage21 {
         timesteps: &[f32],
         kv: KvMode<'_>,
     ) -> Result<HostTensor, PrefixCacheError> {
-        let mut error = None;
         let reuse = matches!(kv, KvMode::Reuse { .. });
         let text = condition.text;
-        let out = runner.compute(|g| {
+        runner.compute_one(|g| {
             let refs: Vec<_> = if reuse {
                 Vec::new()
             } else {
@@ -291,20 +290,8 @@ impl QwenImage21 {
                 refs: &refs,
                 layout: condition.layout,
             };
-            match self.forward(g, &inputs) {
-                Ok(y) => vec![y],
-                Err(e) => {
-                    error = Some(e);
-                    vec![g.input_f32("qwen21.unused", [1, 1, 1, 1], vec![0.0])]
-                }
-            }
-        });
-        if let Some(e) = error {
-            return Err(e);
-        }
-        out?.into_iter()
-            .next()
-            .ok_or_else(|| RunnerError::Internal("no transformer output".into()).into())
+            self.forward(g, &inputs)
+        })
     }
 }
 
