@@ -130,6 +130,8 @@ fn config_detected_from_weights() {
             intermediate: 48,
             eps: 1e-6,
             rope_theta: 5e6,
+            qk_norm: true,
+            qkv_bias: false,
         }
     );
 }

@@ -6,6 +6,7 @@ use super::family::Family;
 use super::flux::{ChromaFamily, FluxFamily};
 use super::model_args::{ModelArg, ModelArgSpec};
 use super::pixart::PixArtFamily;
+use super::qwen_image::QwenImageFamily;
 use super::qwen_image_2_1::QwenImage21Family;
 use super::sd::{SD, SDXL};
 use super::sd3::Sd3Family;
@@ -20,6 +21,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &ChromaFamily,
     &Sd3Family,
     &ZImageFamily,
+    &QwenImageFamily,
     &SD,
     &SDXL,
 ];

@@ -32,6 +32,32 @@ pub fn load_qwen_tokenizer_of(llm: &ComponentStore) -> Result<BpeTokenizer> {
     Ok(load_qwen_tokenizer(&path)?)
 }
 
+/// A chat template around a prompt, tokenized as upstream's LLM embedder does: `prefix`, each
+/// emphasis part of `prompt` and `suffix` one piece at a time, with each token's weight:
+/// (ids, weights).
+pub fn weighted_template_ids(
+    tokenizer: &BpeTokenizer,
+    prefix: &str,
+    prompt: &str,
+    suffix: &str,
+) -> Result<(Vec<i32>, Vec<f32>)> {
+    let mut ids = Vec::new();
+    let mut weights = Vec::new();
+    let mut push = |text: &str, weight: f32| {
+        let t = tokenizer.encode(text);
+        weights.extend(std::iter::repeat_n(weight, t.len()));
+        ids.extend(t.into_iter().map(|t| t as i32));
+    };
+    push(prefix, 1.0);
+    let parts = parse_emphasis(prompt)
+        .map_err(|e| Error::Unsupported(format!("prompt {prompt:?}: {e}")))?;
+    for part in parts {
+        push(&part.text, part.weight);
+    }
+    push(suffix, 1.0);
+    Ok((ids, weights))
+}
+
 /// Scales each token's row by its weight, then the whole chunk so its mean is unchanged
 /// (upstream's `apply_token_weights`; nothing happens when every weight is 1).
 pub fn apply_token_weights(hidden: &mut [f32], width: usize, weights: &[f32]) {

@@ -3,6 +3,7 @@
 mod adaln;
 pub mod flux;
 pub mod pixart;
+pub mod qwen_image;
 pub mod qwen_image_2_1;
 pub mod sd3;
 pub mod z_image;

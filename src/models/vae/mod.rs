@@ -5,6 +5,7 @@ pub mod autoencoder_kl;
 pub mod qwen_image_2_1_vae;
 pub mod taesd;
 pub mod tiling;
+pub mod wan_vae;
 
 use crate::ggml::Tensor;
 use crate::runner::{GraphCtx, RunnerError};

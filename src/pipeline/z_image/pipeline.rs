@@ -12,32 +12,18 @@ use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::memo::Memo;
 use crate::pipeline::passes::{denoise_pass, sample_passes, PassRequest, PassStage};
-use crate::pipeline::text::{apply_token_weights, load_qwen_tokenizer_of};
+use crate::pipeline::text::{apply_token_weights, load_qwen_tokenizer_of, weighted_template_ids};
 use crate::pipeline::vae::{load_decoders, LatentNorm, VaeStage};
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
 use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
 use crate::tensor::HostTensor;
-use crate::tokenizers::{parse_emphasis, BpeTokenizer};
+use crate::tokenizers::BpeTokenizer;
 
 /// The template and the prompt's emphasis parts tokenized one piece at a time (as upstream's LLM
 /// embedder does), with each token's weight: (ids, weights).
 pub fn weighted_ids(tokenizer: &BpeTokenizer, prompt: &str) -> Result<(Vec<i32>, Vec<f32>)> {
-    let mut ids = Vec::new();
-    let mut weights = Vec::new();
-    let mut push = |text: &str, weight: f32| {
-        let t = tokenizer.encode(text);
-        weights.extend(std::iter::repeat_n(weight, t.len()));
-        ids.extend(t.into_iter().map(|t| t as i32));
-    };
-    push(PROMPT_PREFIX, 1.0);
-    let parts = parse_emphasis(prompt)
-        .map_err(|e| Error::Unsupported(format!("prompt {prompt:?}: {e}")))?;
-    for part in parts {
-        push(&part.text, part.weight);
-    }
-    push(PROMPT_SUFFIX, 1.0);
-    Ok((ids, weights))
+    weighted_template_ids(tokenizer, PROMPT_PREFIX, prompt, PROMPT_SUFFIX)
 }
 
 /// Qwen3-4B's rope base (files without a config or GGUF metadata).

@@ -1,6 +1,7 @@
 //! FLUX.1's double-stream blocks (image and text each with their own weights, joint
 //! attention) and single-stream blocks (one stream, attention and MLP in parallel), in either
-//! checkpoint layout.
+//! checkpoint layout. Qwen Image's dual-stream block is the same computation under other
+//! names ([`StreamNames`], [`DoubleBlock::split`]).
 
 use crate::ggml::Tensor;
 use crate::nn::{self, Linear, RmsNorm, RopeLayout};
@@ -12,7 +13,7 @@ use super::config::{FluxConfig, FluxLayout, NORM_EPS};
 
 /// Rope tables of the joint sequence [text…, image…], each [head_dim/2, n].
 #[derive(Clone, Copy)]
-pub(super) struct Rope<'g> {
+pub(crate) struct Rope<'g> {
     pub cos: Tensor<'g>,
     pub sin: Tensor<'g>,
 }
@@ -49,13 +50,43 @@ struct Stream {
     mlp_out: Linear,
 }
 
+/// Attention heads of a block.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Heads {
+    pub heads: usize,
+    pub head_dim: usize,
+}
+
+impl From<&FluxConfig> for Heads {
+    fn from(c: &FluxConfig) -> Self {
+        Self {
+            heads: c.heads,
+            head_dim: c.head_dim,
+        }
+    }
+}
+
+/// Where one stream's weights of a split-projection double block live, relative to the block.
+pub(crate) struct StreamNames<'a> {
+    /// The per-block modulation linear (`None`: modulation comes from elsewhere, Chroma).
+    pub modulation: Option<&'a str>,
+    pub q: &'a str,
+    pub k: &'a str,
+    pub v: &'a str,
+    pub norm_q: &'a str,
+    pub norm_k: &'a str,
+    pub proj: &'a str,
+    /// The feed-forward (`{mlp}.net.0.proj`, `{mlp}.net.2`).
+    pub mlp: &'a str,
+}
+
 /// Q, K (RMS-normed per head) and V of a stream's modulated input, each [D, n, B].
 fn qkv_normed<'g>(
     g: &'g GraphCtx<'g>,
     qkv: &Qkv,
     norms: (&RmsNorm, &RmsNorm),
     h: Tensor<'g>,
-    c: &FluxConfig,
+    c: Heads,
 ) -> [Tensor<'g>; 3] {
     let [d, n, b, _] = h.ne();
     let [q, k, v] = qkv.forward(g, h, d);
@@ -69,7 +100,7 @@ fn qkv_normed<'g>(
 }
 
 /// Rotates joint-sequence q or k [D, n, B] by the rope tables.
-fn rotate<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, rope: Rope<'g>, c: &FluxConfig) -> Tensor<'g> {
+fn rotate<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, rope: Rope<'g>, c: Heads) -> Tensor<'g> {
     let [d, n, b, _] = t.ne();
     let t = g.reshape(t, [c.head_dim, c.heads, n, b]);
     let t = nn::apply_rope(g, t, rope.cos, rope.sin, RopeLayout::Interleaved);
@@ -77,7 +108,7 @@ fn rotate<'g>(g: &'g GraphCtx<'g>, t: Tensor<'g>, rope: Rope<'g>, c: &FluxConfig
 }
 
 #[derive(Clone, Copy, Debug)]
-pub(super) struct DoubleBlock {
+pub(crate) struct DoubleBlock {
     img: Stream,
     txt: Stream,
 }
@@ -111,36 +142,65 @@ impl DoubleBlock {
                 }
             }
             FluxLayout::Diffusers => {
-                let attn = wb.pp("attn");
-                let split = |q: &str, k: &str, v: &str| -> Result<Qkv, RunnerError> {
-                    Ok(Qkv::Split(
-                        lin(attn.pp(q), d, d)?,
-                        lin(attn.pp(k), d, d)?,
-                        lin(attn.pp(v), d, d)?,
-                    ))
+                let chroma = c.chroma.is_some();
+                let names = |m: &'static str, qkv: [&'static str; 3], norms: [&'static str; 2]| {
+                    StreamNames {
+                        modulation: (!chroma).then_some(m),
+                        q: qkv[0],
+                        k: qkv[1],
+                        v: qkv[2],
+                        norm_q: norms[0],
+                        norm_k: norms[1],
+                        proj: "",
+                        mlp: "",
+                    }
                 };
-                let ff = |name: &str| wb.pp(name).pp("net");
-                Self {
-                    img: Stream {
-                        modulation: modulation(wb.pp("norm1").pp("linear"), 6)?,
-                        qkv: split("to_q", "to_k", "to_v")?,
-                        norm_q: RmsNorm::new(&attn.pp("norm_q"), hd, NORM_EPS)?,
-                        norm_k: RmsNorm::new(&attn.pp("norm_k"), hd, NORM_EPS)?,
-                        proj: lin(attn.pp("to_out").pp(0), d, d)?,
-                        mlp_in: lin(ff("ff").pp(0).pp("proj"), d, m)?,
-                        mlp_out: lin(ff("ff").pp(2), m, d)?,
-                    },
-                    txt: Stream {
-                        modulation: modulation(wb.pp("norm1_context").pp("linear"), 6)?,
-                        qkv: split("add_q_proj", "add_k_proj", "add_v_proj")?,
-                        norm_q: RmsNorm::new(&attn.pp("norm_added_q"), hd, NORM_EPS)?,
-                        norm_k: RmsNorm::new(&attn.pp("norm_added_k"), hd, NORM_EPS)?,
-                        proj: lin(attn.pp("to_add_out"), d, d)?,
-                        mlp_in: lin(ff("ff_context").pp(0).pp("proj"), d, m)?,
-                        mlp_out: lin(ff("ff_context").pp(2), m, d)?,
-                    },
-                }
+                let img = StreamNames {
+                    proj: "attn.to_out.0",
+                    mlp: "ff",
+                    ..names(
+                        "norm1.linear",
+                        ["attn.to_q", "attn.to_k", "attn.to_v"],
+                        ["attn.norm_q", "attn.norm_k"],
+                    )
+                };
+                let txt = StreamNames {
+                    proj: "attn.to_add_out",
+                    mlp: "ff_context",
+                    ..names(
+                        "norm1_context.linear",
+                        ["attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"],
+                        ["attn.norm_added_q", "attn.norm_added_k"],
+                    )
+                };
+                Self::split(wb, [&img, &txt], (d, hd, m))?
             }
+        })
+    }
+
+    /// A block with separate q/k/v projections under `names` ([image, text]); `dims` =
+    /// (hidden, head width, feed-forward width).
+    pub(crate) fn split(
+        wb: &WeightBuilder<'_, '_>,
+        names: [&StreamNames<'_>; 2],
+        (d, hd, m): (usize, usize, usize),
+    ) -> Result<Self, RunnerError> {
+        let lin = |path: &str, i, o| Linear::new(&wb.pp(path), i, o, true);
+        let stream = |n: &StreamNames<'_>| -> Result<Stream, RunnerError> {
+            let ff = wb.pp(n.mlp).pp("net");
+            Ok(Stream {
+                modulation: n.modulation.map(|p| lin(p, d, 6 * d)).transpose()?,
+                qkv: Qkv::Split(lin(n.q, d, d)?, lin(n.k, d, d)?, lin(n.v, d, d)?),
+                norm_q: RmsNorm::new(&wb.pp(n.norm_q), hd, NORM_EPS)?,
+                norm_k: RmsNorm::new(&wb.pp(n.norm_k), hd, NORM_EPS)?,
+                proj: lin(n.proj, d, d)?,
+                mlp_in: Linear::new(&ff.pp(0).pp("proj"), d, m, true)?,
+                mlp_out: Linear::new(&ff.pp(2), m, d, true)?,
+            })
+        };
+        Ok(Self {
+            img: stream(names[0])?,
+            txt: stream(names[1])?,
         })
     }
 
@@ -171,7 +231,7 @@ impl DoubleBlock {
         (im, tm): (&[Tensor<'g>], &[Tensor<'g>]),
         rope: Rope<'g>,
         mask: Option<Tensor<'g>>,
-        c: &FluxConfig,
+        c: Heads,
     ) -> (Tensor<'g>, Tensor<'g>) {
         let l = ctx.ne()[1];
         let hi = modulate(g, x, im[0], im[1], NORM_EPS);
@@ -301,8 +361,8 @@ impl SingleBlock {
         let [_, n, b, _] = h.ne();
         let heads = |t: Tensor<'g>| g.reshape(t, [c.head_dim, c.heads, n, b]);
         let flat = |t: Tensor<'g>| g.reshape(t, [d, n, b, 1]);
-        let q = rotate(g, flat(self.norm_q.forward(g, heads(q))), rope, c);
-        let k = rotate(g, flat(self.norm_k.forward(g, heads(k))), rope, c);
+        let q = rotate(g, flat(self.norm_q.forward(g, heads(q))), rope, c.into());
+        let k = rotate(g, flat(self.norm_k.forward(g, heads(k))), rope, c.into());
         let mask = mask.map(nn::AttentionMask);
         let a = nn::attention(g, q, k, v, c.heads, mask.as_ref());
         let cat = g.concat(a, nn::gelu_tanh(g, mlp), 0);

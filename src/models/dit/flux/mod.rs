@@ -10,6 +10,8 @@
 
 mod blocks;
 mod config;
+
+pub(crate) use blocks::{DoubleBlock, Heads, Rope, StreamNames};
 pub mod packing;
 
 pub use config::{ChromaApproximator, FluxConfig, FluxLayout, NORM_EPS, ROPE_THETA, TIME_FREQ_DIM};
@@ -19,7 +21,7 @@ use crate::nn::{self, LayerNorm, Linear, RmsNorm};
 use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
 
 use super::adaln::mod_rows;
-use blocks::{DoubleBlock, Rope, SingleBlock};
+use blocks::SingleBlock;
 
 /// Cut-group prefix of this model's graph-cut marks.
 pub const CUT_PREFIX: &str = "flux";
@@ -453,7 +455,7 @@ impl Flux {
                 continue;
             }
             let (im, tm) = mods.double(g, block, i);
-            let (xi, ti) = block.forward(g, x, t, (&im, &tm), rope, mask, c);
+            let (xi, ti) = block.forward(g, x, t, (&im, &tm), rope, mask, c.into());
             let group = format!("{CUT_PREFIX}.double_blocks.{i}");
             x = g.cut(&group, "img", xi);
             t = g.cut(&group, "txt", ti);

@@ -23,7 +23,15 @@ pub struct Qwen3Config {
     pub eps: f32,
     /// NeoX rope base frequency.
     pub rope_theta: f32,
+    /// Per-head RMS norms on q and k (Qwen3); Qwen2 / Qwen2.5-VL have none.
+    pub qk_norm: bool,
+    /// Biases on the q, k and v projections (Qwen2 / Qwen2.5-VL).
+    pub qkv_bias: bool,
 }
+
+/// Qwen2 and Qwen2.5-VL head width (every released size); used when neither the weights (no
+/// q/k norms) nor a config name the head count.
+pub const QWEN2_HEAD_DIM: usize = 128;
 
 impl Qwen3Config {
     /// Reads the sizes from plain Qwen3 names relative to `wb` (see `Qwen3Source`):
@@ -36,14 +44,40 @@ impl Qwen3Config {
         rope_theta: Option<f32>,
         eps: Option<f32>,
     ) -> Result<Self, RunnerError> {
+        Self::detect_with_heads(wb, rope_theta, eps, None)
+    }
+
+    /// [`Self::detect`] for Qwen3 and for Qwen2 / Qwen2.5-VL (no q/k norms, biased q/k/v):
+    /// without q/k norms the head width is `q rows / heads` with `heads` from the model's
+    /// config (`qwen3_heads`), else [`QWEN2_HEAD_DIM`].
+    pub fn detect_with_heads(
+        wb: &WeightBuilder<'_, '_>,
+        rope_theta: Option<f32>,
+        eps: Option<f32>,
+        heads_hint: Option<usize>,
+    ) -> Result<Self, RunnerError> {
         let shape = |name: &str| wb.require_ne(name, ORIGIN);
         let bad = |name: &str, reason: String| wb.bad_data(name, ORIGIN, reason);
         let [hidden, vocab, ..] = shape("embed_tokens.weight")?;
         let attn = "layers.0.self_attn";
         let qn_key = format!("{attn}.q_norm.weight");
-        let [head_dim, ..] = shape(&qn_key)?;
         let q_key = format!("{attn}.q_proj.weight");
         let [q_in, q_rows, ..] = shape(&q_key)?;
+        let qk_norm = wb.contains(&qn_key);
+        let head_dim = if qk_norm {
+            shape(&qn_key)?[0]
+        } else {
+            match heads_hint {
+                Some(h) if h > 0 && q_rows.is_multiple_of(h) => q_rows / h,
+                Some(h) => {
+                    return Err(bad(
+                        &q_key,
+                        format!("{q_rows} rows do not split into the config's {h} heads"),
+                    ))
+                }
+                None => QWEN2_HEAD_DIM,
+            }
+        };
         let k_key = format!("{attn}.k_proj.weight");
         let [_, k_rows, ..] = shape(&k_key)?;
         if head_dim == 0
@@ -82,6 +116,8 @@ impl Qwen3Config {
             intermediate,
             eps: eps.unwrap_or(1e-6),
             rope_theta: rope_theta.unwrap_or(DEFAULT_ROPE_THETA),
+            qk_norm,
+            qkv_bias: wb.contains(&format!("{attn}.q_proj.bias")),
         };
         log::debug!(
             "Qwen3 text encoder: {} layers, hidden {}, {} heads ({} kv) × {}, ffn {}, vocab {}, rope θ {}",

@@ -20,13 +20,13 @@ mod model;
 mod mrope;
 mod source;
 
-pub use config::Qwen3Config;
+pub use config::{Qwen3Config, QWEN2_HEAD_DIM};
 pub use mm::{Qwen3MmInput, VisionEmbeds};
 pub use model::Qwen3TextModel;
 pub use mrope::{rope_positions, DEFAULT_MROPE_SECTION};
 pub use source::{
-    qwen3_hparams, qwen3_hparams_or, qwen3_llamacpp_to_hf, qwen3_mrope_section, Qwen3Source,
-    DEFAULT_ROPE_THETA,
+    qwen3_heads, qwen3_hparams, qwen3_hparams_or, qwen3_llamacpp_to_hf, qwen3_mrope_section,
+    Qwen3Source, DEFAULT_ROPE_THETA,
 };
 
 use crate::runner::{Runner, RunnerError};
@@ -58,6 +58,21 @@ pub fn encode_layers(
     })?;
     out.pop()
         .ok_or_else(|| RunnerError::Internal("Qwen3 graph returned no output".into()))
+}
+
+/// Runs the encoder on `ids` through every layer and the final RMS norm (transformers'
+/// `last_hidden_state`, what Qwen Image v1 reads), [hidden, n].
+pub fn encode_normed(
+    runner: &Runner,
+    model: &Qwen3TextModel,
+    ids: &[i32],
+) -> Result<HostTensor, RunnerError> {
+    super::check_token_ids(ids, model.config().vocab, "the Qwen2.5-VL token sequence")?;
+    let n = ids.len();
+    runner.compute_one(|g| {
+        let ids = g.input_i32("qwen3.input_ids", [n, 1, 1, 1], ids.to_vec());
+        Ok::<_, RunnerError>(model.forward(g, ids, None, true))
+    })
 }
 
 /// Rejects an empty sequence or ids outside the vocabulary (before ggml's `get_rows`).

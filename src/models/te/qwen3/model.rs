@@ -1,4 +1,5 @@
-//! The Qwen3 (Qwen3-VL text) decoder stack as a ggml graph, used as a hidden-state encoder.
+//! The Qwen3 (Qwen3-VL text) decoder stack as a ggml graph, used as a hidden-state encoder;
+//! also Qwen2 / Qwen2.5-VL's (biased q/k/v, no q/k norms: `Qwen3Config::qk_norm`).
 //!
 //! Per layer: `x += o(attn(rope(q_norm(q(rms(x)))), rope(k_norm(k(rms(x)))), v(rms(x))))`,
 //! `x += down(silu(gate(rms(x))) · up(rms(x)))`. Attention is causal with grouped KV heads
@@ -34,8 +35,9 @@ struct Layer {
     k: Linear,
     v: Linear,
     o: Linear,
-    q_norm: RmsNorm,
-    k_norm: RmsNorm,
+    /// Per-head q/k RMS norms (Qwen3; absent in Qwen2 / Qwen2.5-VL).
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
     ffn_norm: RmsNorm,
     gate: Linear,
     up: Linear,
@@ -47,14 +49,19 @@ impl Layer {
         let (d, hd, ff) = (c.hidden, c.head_dim, c.intermediate);
         let sa = wb.pp("self_attn");
         let mlp = wb.pp("mlp");
+        let norm = |name: &str| {
+            c.qk_norm
+                .then(|| RmsNorm::new(&sa.pp(name), hd, c.eps))
+                .transpose()
+        };
         Ok(Self {
             attn_norm: RmsNorm::new(&wb.pp("input_layernorm"), d, c.eps)?,
-            q: Linear::new(&sa.pp("q_proj"), d, c.heads * hd, false)?,
-            k: Linear::new(&sa.pp("k_proj"), d, c.kv_heads * hd, false)?,
-            v: Linear::new(&sa.pp("v_proj"), d, c.kv_heads * hd, false)?,
+            q: Linear::new(&sa.pp("q_proj"), d, c.heads * hd, c.qkv_bias)?,
+            k: Linear::new(&sa.pp("k_proj"), d, c.kv_heads * hd, c.qkv_bias)?,
+            v: Linear::new(&sa.pp("v_proj"), d, c.kv_heads * hd, c.qkv_bias)?,
             o: Linear::new(&sa.pp("o_proj"), c.heads * hd, d, false)?,
-            q_norm: RmsNorm::new(&sa.pp("q_norm"), hd, c.eps)?,
-            k_norm: RmsNorm::new(&sa.pp("k_norm"), hd, c.eps)?,
+            q_norm: norm("q_norm")?,
+            k_norm: norm("k_norm")?,
             ffn_norm: RmsNorm::new(&wb.pp("post_attention_layernorm"), d, c.eps)?,
             gate: Linear::new(&mlp.pp("gate_proj"), d, ff, false)?,
             up: Linear::new(&mlp.pp("up_proj"), d, ff, false)?,
@@ -75,9 +82,12 @@ impl Layer {
         let hd = c.head_dim;
         let h = self.attn_norm.forward(g, x);
         // [heads·hd, n] → [hd, heads, n], per-head RMS norm, rope → [hd, n, heads]
-        let prep = |lin: &Linear, norm: &RmsNorm, heads: usize| {
+        let prep = |lin: &Linear, norm: &Option<RmsNorm>, heads: usize| {
             let t = g.reshape(lin.forward(g, h), [hd, heads, n, 1]);
-            let t = norm.forward(g, t);
+            let t = match norm {
+                Some(norm) => norm.forward(g, t),
+                None => t,
+            };
             let t = match rope {
                 Rope::Neox(pos) => g.rope(t, pos, hd, RopeMode::Neox, c.rope_theta),
                 Rope::Interleaved(pos, sections) => {

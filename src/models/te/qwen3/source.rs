@@ -198,3 +198,28 @@ pub fn qwen3_mrope_section(store: &TensorStore) -> Option<[usize; 3]> {
     }
     None
 }
+
+/// The attention head count from GGUF metadata (`<arch>.attention.head_count`) or a
+/// `config.json` (`num_attention_heads`, top level or in `text_config`); `None` when no file
+/// says. Qwen2 / Qwen2.5-VL need it for the head width (they have no q/k norms to read it from).
+pub fn qwen3_heads(store: &TensorStore) -> Option<usize> {
+    for f in store.files() {
+        if let Some(arch) = f.gguf.get_str("general.architecture") {
+            let key = format!("{arch}.attention.head_count");
+            if let Some(h) = f.gguf.get_u32(&key).map(|h| h as usize) {
+                return Some(h);
+            }
+        }
+        if let Some(cfg) = &f.config {
+            let text = cfg.get("text_config").unwrap_or(cfg);
+            let heads = text
+                .get("num_attention_heads")
+                .or_else(|| cfg.get("num_attention_heads"))
+                .and_then(Value::as_u64);
+            if let Some(h) = heads {
+                return usize::try_from(h).ok();
+            }
+        }
+    }
+    None
+}

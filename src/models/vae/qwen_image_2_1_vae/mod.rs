@@ -17,10 +17,10 @@
 //! [-1, 1], which diffusers clamps to [-1, 1] before mapping to pixels with `x / 2 + 0.5`.
 //! [`QwenImage21Vae::encode`] takes an image in [-1, 1] and returns the raw posterior mean.
 
-mod blocks;
+pub(crate) mod blocks;
 mod coder;
 mod latent;
-mod layout;
+pub(crate) mod layout;
 mod shortcuts;
 
 pub use latent::{LatentStats, LATENTS_MEAN, LATENTS_STD};

@@ -1,0 +1,225 @@
+"""Golden fixtures for Qwen Image v1 (tests/qwen_image_v1_pipeline.rs).
+
+Run from the repository root (after wan_vae_fixtures.py and qwen_tokenizer_fixtures.py):
+    python3 tests/reference/qwen_image_v1_fixtures.py
+
+Writes tests/fixtures/qwen_image_v1/:
+  transformer/               a tiny QwenImageTransformer2DModel (2 blocks, 2 heads x 16, rope axes [4, 6, 6],
+                             text width 24, 16 latent channels, patch 2) as a diffusers folder
+  qwen_image.safetensors     the same weights as a single file (ComfyUI: `model.diffusion_model.` + diffusers names)
+  text_encoder/              a tiny transformers Qwen2_5_VLForConditionalGeneration (language model: hidden 24,
+                             2 layers, 2 heads x 12, 1 KV head, q/k/v biases, rope theta 1e6; a one-block vision
+                             tower) as a diffusers folder; tokenizer/ the tiny Qwen tokenizer
+  reference.safetensors
+    `{case}_ids`, `{case}_states`  the templated prompt's ids and the states the transformer reads
+                             (hidden_states[-1] = after the final norm, first 34 rows dropped), per prompt
+    `weighted_ids`, `weighted_states`  upstream's emphasis: template pieces and prompt parts tokenized
+                             apart, rows weighted, mean restored, then the 34 rows dropped
+    `call{i}_x|txt|sigma|out`  transformer calls on random packed tokens; grids 4x6 (diffusers' rope) and
+                             3x5 patches (odd: diffusers' rope with sd-cli's centring r - rows/2)
+    `image_nocfg`            QwenImagePipeline(true_cfg_scale=1), 4 euler steps on sd-cli's `discrete` sigmas
+                             (shift 3; the scheduler's own shift 1, no dynamic shifting), 64x32 (an even patch grid:
+                             diffusers centres odd grids differently), seed 42,
+                             the Wan VAE tests/fixtures/wan_vae/a
+    `image_cfg`              the same transformer, scheduler and VAE in a loop with sd-cli's CFG 4.0
+                             (`uncond + 4 (cond - uncond)`, no norm rescale) and the negative prompt
+    `lora_image`             as `image_nocfg` with loras/qwen_image_peft.safetensors (a PEFT LoRA) merged
+"""
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, \
+    QwenImageTransformer2DModel
+from diffusers.models.transformers import transformer_qwenimage as tq
+from transformers import Qwen2Tokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sd3_fixtures import sdcli_sigmas  # noqa: E402
+
+OUT = "tests/fixtures/qwen_image_v1"
+TOK = "tests/fixtures/qwen_tokenizer/tiny"
+VAE = "tests/fixtures/wan_vae/a"
+PROMPT, NEGATIVE = "A lovely cat, holding a sign.", "blurry"
+WEIGHTED = "A lovely (cat:1.5), holding a sign."
+SEED, W, H, STEPS, CFG = 42, 64, 32, 4, 4.0
+PREFIX = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
+          "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n")
+SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
+DROP = 34
+
+
+def text_encoder():
+    torch.manual_seed(11)
+    cfg = Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=1026, hidden_size=24, intermediate_size=40, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-6, rope_theta=1e6,
+                         max_position_embeddings=512, rope_scaling={"type": "mrope", "mrope_section": [2, 2, 2]}),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=20, num_heads=2, out_hidden_size=24),
+        vocab_size=1026, tie_word_embeddings=False)
+    model = Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.3)
+    return model
+
+
+def states_of(model, ids):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
+
+
+def transformer(seed):
+    torch.manual_seed(seed)
+    model = QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, num_layers=2,
+                                        attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
+                                        axes_dims_rope=(4, 6, 6)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.2)
+    return model
+
+
+def sdcli_video_freqs(self, frame, height, width, idx=0, device=None):
+    """diffusers' `_compute_video_freqs` with sd-cli's centring: row r at r - height // 2."""
+    pos = torch.cat([self.rope_params(torch.arange(-4096, 4096), d, self.theta) for d in self.axes_dim], dim=1)
+    split = pos.split([d // 2 for d in self.axes_dim], dim=1)
+    f = split[0][4096 + idx:4096 + idx + frame].view(frame, 1, 1, -1).expand(frame, height, width, -1)
+    hh = split[1][4096 - height // 2:4096 - height // 2 + height].view(1, height, 1, -1).expand(frame, height, width, -1)
+    ww = split[2][4096 - width // 2:4096 - width // 2 + width].view(1, 1, width, -1).expand(frame, height, width, -1)
+    return torch.cat([f, hh, ww], dim=-1).reshape(frame * height * width, -1)
+
+
+def pack(lat):
+    """diffusers' `_pack_latents` of a [C, h, w] latent → [(h/2)(w/2), 4C]."""
+    c, h, w = lat.shape
+    return lat.view(c, h // 2, 2, w // 2, 2).permute(1, 3, 0, 2, 4).reshape((h // 2) * (w // 2), c * 4)
+
+
+def decode(vae, lat, h, w):
+    lat = QwenImagePipeline._unpack_latents(lat, h, w, 8)
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        img = vae.decode(lat * std + mean, return_dict=False)[0][:, :, 0]
+    return (img / 2 + 0.5).clamp(0, 1)[0]
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    model = transformer(5)
+    model.save_pretrained(f"{OUT}/transformer", safe_serialization=True)
+    save_file({"model.diffusion_model." + k: v.contiguous() for k, v in model.state_dict().items()},
+              f"{OUT}/qwen_image.safetensors")
+    refs = {}
+    torch.manual_seed(9)
+    for i, (rows, cols, l, sigma) in enumerate([(4, 6, 9, 0.7), (3, 5, 13, 0.25)]):
+        x = torch.randn(rows * cols, 64)
+        txt = torch.randn(l, 24)
+        orig = tq.QwenEmbedRope._compute_video_freqs
+        if rows % 2 or cols % 2:
+            tq.QwenEmbedRope._compute_video_freqs = sdcli_video_freqs
+        try:
+            with torch.no_grad():
+                out = model(hidden_states=x[None], encoder_hidden_states=txt[None], timestep=torch.tensor([sigma]),
+                            img_shapes=[[(1, rows, cols)]], return_dict=False)[0][0]
+        finally:
+            tq.QwenEmbedRope._compute_video_freqs = orig
+        refs[f"call{i}_x"], refs[f"call{i}_txt"] = x, txt
+        refs[f"call{i}_sigma"] = torch.tensor([sigma])
+        refs[f"call{i}_out"] = out.contiguous()
+
+    te, tok = text_encoder(), Qwen2Tokenizer.from_pretrained(TOK)
+    te.save_pretrained(f"{OUT}/text_encoder", safe_serialization=True)
+    shutil.copytree(TOK, f"{OUT}/tokenizer", dirs_exist_ok=True)
+    emb = {}
+    for case, text in [("prompt", PROMPT), ("negative", NEGATIVE), ("empty", "")]:
+        ids = tok(PREFIX + text + SUFFIX, add_special_tokens=False).input_ids
+        states = states_of(te, ids)[DROP:]
+        refs[f"{case}_ids"], refs[f"{case}_states"] = torch.tensor(ids).float(), states.contiguous()
+        emb[case] = states
+    # diffusers' own prompt encoding gives the same states.
+    pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=1.0), vae=None, text_encoder=te,
+                             tokenizer=tok, transformer=model)
+    with torch.no_grad():
+        pe, _ = pipe.encode_prompt(PROMPT, device="cpu")
+    assert torch.allclose(pe[0], emb["prompt"], atol=1e-5), "template/drop disagrees with QwenImagePipeline"
+
+    # Emphasis as upstream's LLM embedder applies it.
+    pieces = [(PREFIX, 1.0), ("A lovely ", 1.0), ("cat", 1.5), (", holding a sign.", 1.0), (SUFFIX, 1.0)]
+    ids, weights = [], []
+    for text, wt in pieces:
+        t = tok(text, add_special_tokens=False).input_ids
+        ids += t
+        weights += [wt] * len(t)
+    states = states_of(te, ids)
+    before = states.mean()
+    states = states * torch.tensor(weights)[:, None]
+    states = states * (before / states.mean())
+    refs["weighted_ids"] = torch.tensor(ids).float()
+    refs["weighted_states"] = states[DROP:].contiguous()
+
+    vae = AutoencoderKLQwenImage.from_pretrained(VAE).eval()
+    sched = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)
+    pipe = QwenImagePipeline(scheduler=sched, vae=vae, text_encoder=te, tokenizer=tok, transformer=model)
+    with torch.no_grad():
+        image = pipe(prompt_embeds=emb["prompt"][None], prompt_embeds_mask=None, true_cfg_scale=1.0,
+                     num_inference_steps=STEPS, sigmas=sdcli_sigmas(STEPS), height=H, width=W,
+                     generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
+    refs["image_nocfg"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+
+    # sd-cli's CFG over the same transformer and scheduler.
+    lat = torch.randn((1, 1, 16, H // 8, W // 8), generator=torch.Generator().manual_seed(SEED))
+    x = pack(lat[0, 0])[None]
+    sigmas = sdcli_sigmas(STEPS) + [0.0]
+    shapes = [[(1, H // 16, W // 16)]]
+    for s, s_next in zip(sigmas[:-1], sigmas[1:]):
+        with torch.no_grad():
+            c = model(hidden_states=x, encoder_hidden_states=emb["prompt"][None], timestep=torch.tensor([s]),
+                      img_shapes=shapes, return_dict=False)[0]
+            u = model(hidden_states=x, encoder_hidden_states=emb["negative"][None], timestep=torch.tensor([s]),
+                      img_shapes=shapes, return_dict=False)[0]
+        x = x + (s_next - s) * (u + CFG * (c - u))
+    refs["image_cfg"] = decode(vae, x, H, W).contiguous()
+    for k in ["image_nocfg", "image_cfg"]:
+        v = refs[k]
+        print(k, tuple(v.shape), float(v.min()), float(v.max()), "saturated", float(((v <= 0) | (v >= 1)).float().mean()))
+
+    # A diffusers/PEFT LoRA (no alpha: scale 1) on both streams' projections, a feed-forward, a
+    # modulation and the text input; keys `transformer.<module>.lora_A/B.weight`.
+    import copy
+    torch.manual_seed(43)
+    lora_model = copy.deepcopy(model)
+    lora = {}
+    with torch.no_grad():
+        mods = dict(lora_model.named_modules())
+        for t in ["transformer_blocks.0.attn.to_q", "transformer_blocks.1.attn.add_v_proj",
+                  "transformer_blocks.0.img_mlp.net.2", "transformer_blocks.1.txt_mod.1", "txt_in"]:
+            w = mods[t].weight
+            a = torch.randn(2, w.shape[1]) * 0.2
+            b = torch.randn(w.shape[0], 2) * 0.2
+            w.add_(b @ a)
+            lora[f"transformer.{t}.lora_A.weight"] = a.contiguous()
+            lora[f"transformer.{t}.lora_B.weight"] = b.contiguous()
+    os.makedirs(f"{OUT}/loras", exist_ok=True)
+    save_file(lora, f"{OUT}/loras/qwen_image_peft.safetensors")
+    pipe = QwenImagePipeline(scheduler=sched, vae=vae, text_encoder=te, tokenizer=tok, transformer=lora_model)
+    with torch.no_grad():
+        image = pipe(prompt_embeds=emb["prompt"][None], prompt_embeds_mask=None, true_cfg_scale=1.0,
+                     num_inference_steps=STEPS, sigmas=sdcli_sigmas(STEPS), height=H, width=W,
+                     generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
+    refs["lora_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+    save_file(refs, f"{OUT}/reference.safetensors")
+
+
+if __name__ == "__main__":
+    main()
