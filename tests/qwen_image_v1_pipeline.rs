@@ -16,7 +16,7 @@ use std::process::Command;
 use common::*;
 use sd_cli::image_io::read_png;
 use sd_cli::models::dit::flux::packing::{pack, unpack};
-use sd_cli::models::dit::qwen_image::{QwenImage, QwenImageConfig, QwenImageInputs};
+use sd_cli::models::dit::qwen_image::{QwenImage, QwenImageConfig, QwenImageInputs, RefIndex};
 use sd_cli::models::te::qwen3::{self, qwen3_heads, Qwen3Config, Qwen3Source, Qwen3TextModel};
 use sd_cli::pipeline::qwen_image::{DROP_TOKENS, PROMPT_PREFIX, PROMPT_SUFFIX, TEMPLATE};
 use sd_cli::pipeline::text::{apply_token_weights, weighted_template_ids};
@@ -58,6 +58,8 @@ fn check_calls(what: &str, m: &QwenImage, runner: &Runner) {
                     grids: &[grid],
                     txt: g.input_f32("txt", txt.ne, txt.data.clone()),
                     timesteps: &[sigma],
+                    ref_index: RefIndex::Increase,
+                    zero_cond_t: false,
                 };
                 m.forward(g, &inputs)
             })
@@ -388,4 +390,36 @@ fn diffusers_folder_runs_as_one_model() {
     );
     eprintln!("Qwen Image diffusers folder: PSNR {p:.1} dB");
     assert!(p >= 60.0, "folder: PSNR {p:.1} dB");
+}
+
+/// Editing as upstream sd-cli runs it (Edit Plus template, vision embeddings at sequential
+/// positions, the reference's latent tokens after the target's): CFG with a negative prompt,
+/// and Edit 2511's `qwen_image_zero_cond_t`, against diffusers' components in sd-cli's loop.
+#[test]
+fn edits_match_diffusers_components_under_sd_cli_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture_path(FIX);
+    let r = open_fixture(&format!("{FIX}/reference.safetensors"));
+    let single = dir.join("qwen_image.safetensors");
+    let reference = dir.join("ref.png");
+    let cases: [(&str, &[&str]); 2] = [
+        ("edit_cfg", &["-n", "blurry", "--cfg-scale", "4"]),
+        (
+            "edit_zero_cond",
+            &[
+                "--cfg-scale",
+                "1",
+                "--model-args",
+                "qwen_image_zero_cond_t=true",
+            ],
+        ),
+    ];
+    for (i, (name, extra)) in cases.into_iter().enumerate() {
+        let mut args = vec!["-r", s(&reference)];
+        args.extend_from_slice(extra);
+        let img = run_image(&single, &args, &tmp.path().join(format!("e{i}.png")));
+        let p = psnr(&img.data, &image_bytes(&tensor(&r, name)));
+        eprintln!("Qwen Image {name}: PSNR {p:.1} dB");
+        assert!(p >= 60.0, "{name}: PSNR {p:.1} dB");
+    }
 }

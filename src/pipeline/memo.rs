@@ -30,6 +30,11 @@ impl<V: Clone> Memo<V> {
         slots.push((key.to_string(), v.clone()));
         Ok(v)
     }
+
+    /// Forgets every value (their inputs beyond the key changed, e.g. new references).
+    pub fn clear(&self) {
+        self.slots.borrow_mut().clear();
+    }
 }
 
 #[cfg(test)]

@@ -32,9 +32,9 @@ pub struct PassRequest<'a> {
 /// The job's final latent (in the VAE stage's normalised space): `sample` at the batch's size
 /// (img2img from `--init-img` when there is one), then, with `--hires`, again at the larger
 /// size from the enlarged first result.
-pub fn sample_passes(
+pub fn sample_passes<E>(
     mut job: ImageJob<'_>,
-    batch: &Prepared,
+    batch: &Prepared<E>,
     vae: &VaeStage,
     mut sample: impl FnMut(PassRequest<'_>) -> Result<HostTensor>,
 ) -> Result<HostTensor> {

@@ -24,6 +24,16 @@ Writes tests/fixtures/qwen_image_v1/:
     `image_cfg`              the same transformer, scheduler and VAE in a loop with sd-cli's CFG 4.0
                              (`uncond + 4 (cond - uncond)`, no norm rescale) and the negative prompt
     `lora_image`             as `image_nocfg` with loras/qwen_image_peft.safetensors (a PEFT LoRA) merged
+    `edit_ids`, `edit_states`  the edit template (upstream's Edit Plus one: "Picture 1: <|vision_start|>" + 210
+                             image pads + "<|vision_end|>", 64 rows dropped) for ref.png (420x392: the vision copy
+                             needs no resize under sd-cli's rules) with the vision tower's merged embeddings in the
+                             pad rows and every token at its sequence position (sd-cli; transformers would use 3-D
+                             positions), through the final norm
+    `edit_cfg`               editing in sd-cli's loop: ref.png nearest-resized to 32x32 (min(1024^2, 64x32) pixels
+                             at its ratio, sides rounded to 32), VAE posterior mean normalised, its tokens after the
+                             target's at frame 1 (diffusers' img_shapes), CFG 4 with the negative prompt (also with
+                             the picture), 4 steps
+    `edit_zero_cond`         as `edit_cfg` at cfg 1 with the transformer's zero_cond_t (Edit 2511)
 """
 import os
 import shutil
@@ -218,7 +228,92 @@ def main():
                      num_inference_steps=STEPS, sigmas=sdcli_sigmas(STEPS), height=H, width=W,
                      generator=torch.Generator().manual_seed(SEED), output_type="np").images[0]
     refs["lora_image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
+    edit_refs(refs, te, tok, model, vae)
     save_file(refs, f"{OUT}/reference.safetensors")
+
+
+EDIT_SYSTEM = ("<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, "
+               "objects, background), then explain how the user's text instruction should alter or modify the image. "
+               "Generate a new image that meets the user's requirements while maintaining consistency with the "
+               "original input where appropriate.<|im_end|>\n<|im_start|>user\n")
+
+
+def ref_image():
+    """A smooth 420x392 RGB picture (small as a PNG)."""
+    from PIL import Image
+    g = torch.Generator().manual_seed(7)
+    small = torch.rand((1, 3, 7, 8), generator=g)
+    big = torch.nn.functional.interpolate(small, size=(392, 420), mode="bilinear", align_corners=False)[0]
+    arr = (big.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    img = Image.fromarray(arr)
+    img.save(f"{OUT}/ref.png")
+    return img, torch.from_numpy(arr).permute(2, 0, 1).float() / 255
+
+
+def edit_states(te, tok, img, text):
+    from transformers import Qwen2VLImageProcessor
+    proc = Qwen2VLImageProcessor()
+    px = proc(images=[img], return_tensors="pt")
+    with torch.no_grad():
+        vis = te.model.visual(px.pixel_values, grid_thw=px.image_grid_thw).pooler_output
+    ids = tok(EDIT_SYSTEM + "Picture 1: <|vision_start|>" + "<|image_pad|>" * vis.shape[0] + "<|vision_end|>" + text
+              + SUFFIX, add_special_tokens=False).input_ids
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    ids_t = torch.tensor([ids])
+    with torch.no_grad():
+        emb = te.model.language_model.embed_tokens(ids_t)
+        emb[ids_t == pad] = vis
+        pos = torch.arange(len(ids)).view(1, 1, -1).expand(3, 1, -1)
+        out = te.model.language_model(inputs_embeds=emb, position_ids=pos).last_hidden_state[0]
+    return ids, out[64:]
+
+
+def edit_run(model, vae, cond, uncond, ref_tokens, ref_grid, cfg):
+    lat = torch.randn((1, 1, 16, H // 8, W // 8), generator=torch.Generator().manual_seed(SEED))
+    x = pack(lat[0, 0])[None]
+    n = x.shape[1]
+    sigmas = sdcli_sigmas(STEPS) + [0.0]
+    shapes = [[(1, H // 16, W // 16), (1,) + ref_grid]]
+    for s, s_next in zip(sigmas[:-1], sigmas[1:]):
+        inp = torch.cat([x, ref_tokens[None]], dim=1)
+        with torch.no_grad():
+            v = model(hidden_states=inp, encoder_hidden_states=cond[None], timestep=torch.tensor([s]),
+                      img_shapes=shapes, return_dict=False)[0][:, :n]
+            if uncond is not None:
+                u = model(hidden_states=inp, encoder_hidden_states=uncond[None], timestep=torch.tensor([s]),
+                          img_shapes=shapes, return_dict=False)[0][:, :n]
+                v = u + cfg * (v - u)
+        x = x + (s_next - s) * v
+    return decode(vae, x, H, W).contiguous()
+
+
+def edit_refs(refs, te, tok, model, vae):
+    img, px = ref_image()
+    ids, cond = edit_states(te, tok, img, PROMPT)
+    _, uncond = edit_states(te, tok, img, NEGATIVE)
+    refs["edit_ids"], refs["edit_states"] = torch.tensor(ids).float(), cond.contiguous()
+    # The VAE copy: min(1024^2, W*H) pixels at the picture's ratio, sides rounded to 32.
+    vw = (W * H * 420 / 392) ** 0.5
+    vh = vw * 392 / 420
+    rw, rh = int(round(vw / 32) * 32), int(round(vh / 32) * 32)
+    small = torch.nn.functional.interpolate(px[None], size=(rh, rw), mode="nearest")[0]
+    with torch.no_grad():
+        z = vae.encode((small * 2 - 1)[None, :, None]).latent_dist.mode()[0, :, 0]
+    mean = torch.tensor(vae.config.latents_mean).view(-1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(-1, 1, 1)
+    ref_tokens = pack((z - mean) / std)
+    grid = (rh // 16, rw // 16)
+    refs["edit_cfg"] = edit_run(model, vae, cond, uncond, ref_tokens, grid, CFG)
+    # (from_config would drop a key listed in `_use_default_values`.)
+    cfg = {k: v for k, v in model.config.items() if not k.startswith("_")}
+    zmodel = QwenImageTransformer2DModel(**{**cfg, "zero_cond_t": True}).eval()
+    zmodel.load_state_dict(model.state_dict())
+    assert all(b.zero_cond_t for b in zmodel.transformer_blocks)
+    refs["edit_zero_cond"] = edit_run(zmodel, vae, cond, None, ref_tokens, grid, 1.0)
+    for k in ["edit_cfg", "edit_zero_cond"]:
+        v = refs[k]
+        print(k, tuple(v.shape), float(v.min()), float(v.max()), "saturated",
+              float(((v <= 0) | (v >= 1)).float().mean()))
 
 
 if __name__ == "__main__":

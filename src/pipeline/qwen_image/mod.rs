@@ -12,16 +12,17 @@
 //! per-channel mean and std; image rope rows centred as `r − rows/2` (diffusers differs on
 //! odd grids, see `models::dit::qwen_image`).
 
+pub mod edit;
 mod pipeline;
 
 pub use pipeline::QwenImagePipeline;
 
 use crate::error::Result;
 use crate::pipeline::components::{
-    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFlag,
+    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFlag, Required,
 };
 use crate::pipeline::family::{Defaults, Family, Generator, LoadContext};
-use crate::pipeline::model_args::ModelArgSpec;
+use crate::pipeline::model_args::{ModelArg, ModelArgSpec};
 use crate::pipeline::prompt::{ChatTemplate, PromptTemplate};
 use crate::sampling::{Prediction, SamplerKind, ScheduleKind, ScheduleOptions};
 
@@ -44,6 +45,17 @@ pub const TEMPLATE: ChatTemplate = ChatTemplate {
     empty_prompt: "",
 };
 
+/// `--model-args qwen_image_zero_cond_t=true` (upstream's key): Edit 2511's reference tokens
+/// modulated at timestep 0. Also on when the checkpoint carries the `__index_timestep_zero__`
+/// marker, as 2511 files do.
+pub const ZERO_COND_T: ModelArg<bool> = ModelArg::new(
+    "qwen_image_zero_cond_t",
+    false,
+    "modulate reference tokens with timestep 0 (Qwen Image Edit 2511)",
+);
+
+const MODEL_ARGS: [&dyn ModelArgSpec; 1] = [&ZERO_COND_T];
+
 pub(crate) const DIFFUSION: ComponentSpec =
     ComponentSpec::diffusion("a Qwen Image diffusion model");
 pub(crate) const LLM: ComponentSpec = ComponentSpec::text_encoder(
@@ -51,6 +63,13 @@ pub(crate) const LLM: ComponentSpec = ComponentSpec::text_encoder(
     "a Qwen2.5-VL text encoder (Qwen2.5-VL-7B)",
     &[ModelFlag::Llm],
 );
+pub(crate) const VISION: ComponentSpec = ComponentSpec {
+    id: ComponentId::LlmVision,
+    what: "the Qwen2.5-VL vision tower",
+    flags: &[ModelFlag::LlmVision, ModelFlag::Llm],
+    required: Required::WithReferences,
+    metadata: None,
+};
 pub(crate) const VAE: ComponentSpec = ComponentSpec::vae();
 
 /// The registry entry.
@@ -75,7 +94,7 @@ impl Family for QwenImageFamily {
     }
 
     fn components(&self) -> &'static [ComponentSpec] {
-        &[DIFFUSION, LLM, VAE]
+        &[DIFFUSION, LLM, VISION, VAE]
     }
 
     fn defaults(&self) -> Defaults {
@@ -93,7 +112,7 @@ impl Family for QwenImageFamily {
     }
 
     fn model_args(&self) -> &'static [&'static dyn ModelArgSpec] {
-        &[]
+        &MODEL_ARGS
     }
 
     fn prompt_template(&self) -> PromptTemplate {

@@ -2,10 +2,15 @@
 
 use std::time::Instant;
 
-use super::{DIFFUSION, DROP_TOKENS, FLOW_SHIFT, LLM, PROMPT_PREFIX, PROMPT_SUFFIX, VAE};
+use super::edit::{picture_blocks, EditRefs, Vision, EDIT_DROP_TOKENS, EDIT_SYSTEM, IMAGE_PAD};
+use super::{
+    DIFFUSION, DROP_TOKENS, FLOW_SHIFT, LLM, PROMPT_PREFIX, PROMPT_SUFFIX, VAE, VISION, ZERO_COND_T,
+};
 use crate::error::{Error, Result};
 use crate::models::dit::flux::packing::{pack, unpack};
-use crate::models::dit::qwen_image::{QwenImage, QwenImageConfig, QwenImageInputs};
+use crate::models::dit::qwen_image::{
+    QwenImage, QwenImageConfig, QwenImageInputs, RefIndex, ZERO_COND_MARKER,
+};
 use crate::models::te::qwen3::{
     self, qwen3_heads, qwen3_hparams_or, Qwen3Config, Qwen3Source, Qwen3TextModel,
 };
@@ -14,8 +19,10 @@ use crate::models::vae::tiling::TileSettings;
 use crate::models::vae::wan_vae::{WanVae, WanVaeConfig};
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
+use crate::pipeline::mask::InpaintMask;
 use crate::pipeline::memo::Memo;
 use crate::pipeline::passes::{denoise_pass, sample_passes, PassRequest, PassStage};
+use crate::pipeline::ref_args::RefIndexMode;
 use crate::pipeline::text::{apply_token_weights, load_qwen_tokenizer_of, weighted_template_ids};
 use crate::pipeline::vae::{LatentNorm, VaeStage};
 use crate::progress::Progress;
@@ -34,9 +41,14 @@ pub struct QwenImagePipeline {
     vae: VaeStage,
     schedule: ModelSchedule,
     prediction: Prediction,
+    /// The vision tower (loaded when the run has references).
+    vision: Option<Vision>,
+    /// Edit 2511: reference tokens modulated at timestep 0.
+    zero_cond_t: bool,
     /// Text states of the last prompts (cond and uncond repeat across a batch).
     captions: Memo<HostTensor>,
-    batch: Option<Prepared>,
+    /// The batch's size, init latent, mask, references and their rope numbering.
+    batch: Option<Prepared<(Option<EditRefs>, RefIndex)>>,
 }
 
 impl QwenImagePipeline {
@@ -52,6 +64,14 @@ impl QwenImagePipeline {
             .map(|a| a.iter().filter_map(|v| v.as_u64()).collect::<Vec<_>>());
         let patch = json.and_then(|c| c.get("patch_size")?.as_u64());
         let root = dit_files.root(ComponentId::Diffusion);
+        let marked = dit_files
+            .store
+            .with_prefix("")
+            .any(|t| t.name.contains(ZERO_COND_MARKER));
+        let zero_cond_t = ctx.model_args.get(&ZERO_COND_T) || marked;
+        if zero_cond_t {
+            log::info!("Qwen Image: reference tokens modulated at timestep 0 (Edit 2511)");
+        }
         let src = StoreSource::new(&dit_files.store, &root);
         let opts = ctx.load_options(ComponentId::Diffusion, true)?;
         let dit = Runner::load("qwen_image", &src, opts, |wb| -> Result<QwenImage> {
@@ -85,6 +105,21 @@ impl QwenImagePipeline {
             Ok(Qwen3TextModel::new(wb, config)?)
         })?;
         let tokenizer = load_qwen_tokenizer_of(llm_files)?;
+        let vision = if ctx.needs.references {
+            let vision_files = files.require(&VISION)?;
+            let opts = ctx.load_options(ComponentId::LlmVision, false)?;
+            let v = Vision::load(vision_files, opts)?;
+            if v.out_hidden() != te.model.config().hidden {
+                return Err(Error::Unsupported(format!(
+                    "the vision tower's output size {} does not match the LLM's hidden size {}",
+                    v.out_hidden(),
+                    te.model.config().hidden
+                )));
+            }
+            Some(v)
+        } else {
+            None
+        };
         bar.tick();
 
         let stats_json = vae_files
@@ -140,6 +175,8 @@ impl QwenImagePipeline {
                 shift: ctx.flow_shift.unwrap_or(FLOW_SHIFT),
             },
             prediction: ctx.prediction.unwrap_or(Prediction::Sd3Flow),
+            vision,
+            zero_cond_t,
             captions: Memo::new(2),
             batch: None,
         })
@@ -151,14 +188,41 @@ impl QwenImagePipeline {
 
     /// The prompt's text states [text_dim, L]: the templated prompt through every layer and
     /// the final norm, upstream's emphasis weights applied, the template's first
-    /// [`DROP_TOKENS`] rows dropped.
-    pub fn encode_prompt(&self, prompt: &str) -> Result<HostTensor> {
+    /// [`DROP_TOKENS`] rows dropped. With references, the edit template with each picture's
+    /// vision embeddings in its slots and [`EDIT_DROP_TOKENS`] rows dropped.
+    pub fn encode_prompt(&self, prompt: &str, refs: Option<&EditRefs>) -> Result<HostTensor> {
+        let Some(refs) = refs else {
+            return self.captions.get_or_try(prompt, || -> Result<HostTensor> {
+                let (ids, weights) =
+                    weighted_template_ids(&self.tokenizer, PROMPT_PREFIX, prompt, PROMPT_SUFFIX)?;
+                let mut states = qwen3::encode_normed(&self.te.runner, &self.te.model, &ids)?;
+                apply_token_weights(&mut states.data, states.ne[0], &weights);
+                drop_template(states, DROP_TOKENS)
+            });
+        };
+        // References differ between batches only with the inputs: key on the prompt alone
+        // within a batch (the memo is cleared with each new batch).
         self.captions.get_or_try(prompt, || -> Result<HostTensor> {
+            let prefix = format!("{EDIT_SYSTEM}{}", picture_blocks(&refs.pads()));
             let (ids, weights) =
-                weighted_template_ids(&self.tokenizer, PROMPT_PREFIX, prompt, PROMPT_SUFFIX)?;
-            let mut states = qwen3::encode_normed(&self.te.runner, &self.te.model, &ids)?;
+                weighted_template_ids(&self.tokenizer, &prefix, prompt, PROMPT_SUFFIX)?;
+            let pad_id = self
+                .tokenizer
+                .token_to_id(IMAGE_PAD)
+                .and_then(|i| i32::try_from(i).ok())
+                .ok_or_else(|| {
+                    Error::Unsupported("the Qwen tokenizer has no <|image_pad|> token".into())
+                })?;
+            let c = self.te.model.config();
+            qwen3::check_ids(&ids, c.vocab)?;
+            let input = refs.mm_input(ids, pad_id, c.hidden)?;
+            let model = &self.te.model;
+            let mut states = self
+                .te
+                .runner
+                .compute_one(|g| Ok::<_, Error>(model.forward_sequential(g, &input, true)))?;
             apply_token_weights(&mut states.data, states.ne[0], &weights);
-            drop_template(states)
+            drop_template(states, EDIT_DROP_TOKENS)
         })
     }
 
@@ -168,15 +232,21 @@ impl QwenImagePipeline {
         lat: (usize, usize, usize),
         txt: &HostTensor,
         sigma: f32,
+        refs: Option<(&EditRefs, RefIndex)>,
     ) -> Result<Vec<f32>> {
         let (w, h, ch) = lat;
         let c = self.dit.model.config();
-        let tokens = pack(&HostTensor {
+        let mut tokens = pack(&HostTensor {
             ne: [w, h, ch, 1],
             data: x.to_vec(),
         });
+        let mut grids = vec![(h / 2, w / 2)];
+        let ref_index = refs.map_or(RefIndex::Increase, |r| r.1);
+        for l in refs.map_or(&[][..], |r| &r.0.latents[..]) {
+            tokens.extend(pack(l));
+            grids.push((l.ne[1] / 2, l.ne[0] / 2));
+        }
         let n = tokens.len() / c.in_channels;
-        let grids = [(h / 2, w / 2)];
         let model = &self.dit.model;
         let v = self.dit.runner.compute_one(|g| {
             let inputs = QwenImageInputs {
@@ -184,18 +254,25 @@ impl QwenImagePipeline {
                 grids: &grids,
                 txt: g.input_f32("qwen_image.txt", txt.ne, txt.data.clone()),
                 timesteps: &[sigma],
+                ref_index,
+                zero_cond_t: self.zero_cond_t,
             };
             model.forward(g, &inputs)
         })?;
         Ok(unpack(&v.data, w, h, ch).data)
     }
 
-    fn sample(&self, req: PassRequest<'_>) -> Result<HostTensor> {
+    fn sample(
+        &self,
+        req: PassRequest<'_>,
+        refs: Option<(&EditRefs, RefIndex)>,
+    ) -> Result<HostTensor> {
         crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
         let t0 = Instant::now();
-        let cond = self.encode_prompt(req.prompt)?;
+        let edit = refs.map(|r| r.0);
+        let cond = self.encode_prompt(req.prompt, edit)?;
         let uncond = if req.guidance.needs_uncond() {
-            Some(self.encode_prompt(req.negative_prompt)?)
+            Some(self.encode_prompt(req.negative_prompt, edit)?)
         } else {
             None
         };
@@ -209,6 +286,7 @@ impl QwenImagePipeline {
             cond: &cond,
             uncond: uncond.as_ref(),
             lat: (lw, lh, lc),
+            refs,
         };
         let stage = PassStage {
             vae: &self.vae,
@@ -233,17 +311,17 @@ impl QwenImagePipeline {
     }
 }
 
-/// The states after the template's first [`DROP_TOKENS`] rows.
-fn drop_template(states: HostTensor) -> Result<HostTensor> {
+/// The states after the template's first `drop` rows.
+fn drop_template(states: HostTensor, drop: usize) -> Result<HostTensor> {
     let [width, n, ..] = states.ne;
-    if n <= DROP_TOKENS {
+    if n <= drop {
         return Err(Error::Unsupported(format!(
-            "the templated prompt has {n} tokens; Qwen Image drops the first {DROP_TOKENS}"
+            "the templated prompt has {n} tokens; Qwen Image drops the first {drop}"
         )));
     }
     Ok(HostTensor {
-        ne: [width, n - DROP_TOKENS, 1, 1],
-        data: states.data[DROP_TOKENS * width..].to_vec(),
+        ne: [width, n - drop, 1, 1],
+        data: states.data[drop * width..].to_vec(),
     })
 }
 
@@ -254,13 +332,14 @@ struct QwenImageModel<'a> {
     cond: &'a HostTensor,
     uncond: Option<&'a HostTensor>,
     lat: (usize, usize, usize),
+    refs: Option<(&'a EditRefs, RefIndex)>,
 }
 
 impl GuidedModel for QwenImageModel<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
         Predictions::one_call_each(&call, self.cond, self.uncond, |txt, _| {
             self.pipe
-                .velocity(call.x, self.lat, txt, call.sigma)
+                .velocity(call.x, self.lat, txt, call.sigma, self.refs)
                 .map_err(|e| format!("{e:#}"))
         })
     }
@@ -276,14 +355,49 @@ impl Generator for QwenImagePipeline {
     }
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
-        self.batch = Some(Prepared::encode(&self.vae, batch, "Qwen Image")?);
+        let (w, h) = (batch.width, batch.height);
+        let refs = if batch.refs.is_empty() {
+            None
+        } else {
+            let vision = self.vision.as_ref().ok_or_else(|| {
+                Error::Unsupported("reference images need the Qwen2.5-VL vision tower".into())
+            })?;
+            let refs = EditRefs::prepare(
+                batch.refs,
+                (w, h),
+                batch.ref_args,
+                &self.vae,
+                vision,
+                batch.tiling,
+            )?;
+            Some(refs)
+        };
+        // Upstream's "qwen" preset numbers references 1, 2, ...; `decrease` is honoured.
+        let ref_index = match batch.ref_args.ref_index_mode {
+            RefIndexMode::Decrease => RefIndex::Decrease,
+            _ => RefIndex::Increase,
+        };
+        let init = batch
+            .init
+            .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
+            .transpose()?;
+        let factor = self.vae.scale_factor();
+        self.captions.clear();
+        self.batch = Some(Prepared {
+            width: w,
+            height: h,
+            init,
+            mask: batch.mask.map(|m| InpaintMask::from_image(m, w, h, factor)),
+            extra: (refs, ref_index),
+        });
         Ok(())
     }
 
     fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
         let tiling = job.tiling;
-        let x = sample_passes(job, batch, &self.vae, |req| self.sample(req))?;
+        let refs = batch.extra.0.as_ref().map(|r| (r, batch.extra.1));
+        let x = sample_passes(job, batch, &self.vae, |req| self.sample(req, refs))?;
         self.decode(&x, tiling)
     }
 }

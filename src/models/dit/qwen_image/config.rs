@@ -31,7 +31,13 @@ pub struct QwenImageConfig {
     pub patch_size: usize,
     /// Rope dims per head for the (frame, row, column) axes.
     pub axes_dims: [usize; 3],
+    /// The checkpoint carries Edit 2511's `__index_timestep_zero__` marker (reference tokens
+    /// modulated at timestep 0).
+    pub zero_cond_t: bool,
 }
+
+/// The weight name whose presence marks an Edit 2511 checkpoint.
+pub const ZERO_COND_MARKER: &str = "__index_timestep_zero__";
 
 impl QwenImageConfig {
     /// Detects the sizes under `wb` (diffusers names, the single-file prefix stripped): the
@@ -66,6 +72,7 @@ impl QwenImageConfig {
             text_dim,
             patch_size: PATCH_SIZE,
             axes_dims: super::super::default_axes_dims(head_dim),
+            zero_cond_t: wb.contains(ZERO_COND_MARKER),
         })
     }
 

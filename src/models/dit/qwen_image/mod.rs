@@ -7,20 +7,26 @@
 //! Positions are 3-axis rope (frame, row, column) in the interleaved-pair layout: image `k`
 //! (0: the target, then references) at frame `k`, rows and columns centred on the grid as
 //! upstream sd-cli counts them (`r − rows/2`, see [`image_positions`]); text token `i` at
-//! (s + i) on all three axes, s = max(rows, cols)/2 of the target.
+//! (s + i) on all three axes, s = max(rows, cols)/2 of the target. Reference images
+//! (editing) follow the target's tokens, numbered by upstream's `ref_index_mode`
+//! ([`ref_positions`]). Edit 2511 (`zero_cond_t`) modulates reference tokens with the
+//! embedding of timestep 0 and everything else with the step's.
 //!
 //! Tokens are packed on the host as FLUX's (`flux::packing`, 2×2 patches, channel-major
 //! features); the model returns the velocity of the target tokens.
 
 mod config;
 
-pub use config::{QwenImageConfig, NORM_EPS, PATCH_SIZE, ROPE_THETA, TIME_FREQ_DIM};
+pub use super::flux::packing::RefIndex;
+pub use config::{
+    QwenImageConfig, NORM_EPS, PATCH_SIZE, ROPE_THETA, TIME_FREQ_DIM, ZERO_COND_MARKER,
+};
 
 use crate::ggml::Tensor;
 use crate::nn::{self, LayerNorm, Linear, RmsNorm};
 use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
 
-use super::adaln::mod_rows;
+use super::adaln::{columns, mod_rows};
 use super::flux::{DoubleBlock, Heads, Rope, StreamNames};
 
 /// Cut-group prefix of this model's graph-cut marks.
@@ -36,6 +42,37 @@ pub struct QwenImageInputs<'g, 'a> {
     pub txt: Tensor<'g>,
     /// σ ∈ [0, 1] per batch element (×1000 inside, as the reference).
     pub timesteps: &'a [f32],
+    /// How reference images are numbered in the frame axis.
+    pub ref_index: RefIndex,
+    /// Modulate reference tokens with timestep 0 (Qwen Image Edit 2511).
+    pub zero_cond_t: bool,
+}
+
+/// Rope positions of reference images with patch grids `grids` (rows, cols), as upstream's
+/// `gen_refs_ids` for Qwen Image: `Increase` puts reference k at frame k + 1 and `Decrease`
+/// at −(k + 1), each centred like the target; `Fixed` puts all at frame 1 without centring,
+/// each beside the previous ones (row or column offsets).
+pub fn ref_positions(grids: &[(usize, usize)], mode: RefIndex) -> Vec<[f32; 3]> {
+    if mode == RefIndex::Fixed {
+        let sizes: Vec<(usize, usize)> = grids.iter().map(|&(r, c)| (2 * c, 2 * r)).collect();
+        return super::flux::packing::ref_positions(&sizes, RefIndex::Fixed)
+            .into_iter()
+            .map(|[i, r, c]| [i, r / 2.0, c / 2.0])
+            .collect();
+    }
+    let mut out = Vec::new();
+    for (k, &(rows, cols)) in grids.iter().enumerate() {
+        let frame = match mode {
+            RefIndex::Decrease => -(k as f32) - 1.0,
+            _ => k as f32 + 1.0,
+        };
+        out.extend(
+            image_positions(rows, cols, 0)
+                .into_iter()
+                .map(|[_, r, c]| [frame, r, c]),
+        );
+    }
+    out
 }
 
 /// Rope positions (frame, row, column) of an image's `rows × cols` tokens at frame `frame`,
@@ -164,9 +201,12 @@ impl QwenImage {
         // Rope over [text …, image …].
         let start = (rows.max(cols) / 2) as f32;
         let mut positions: Vec<Vec<f32>> = (0..l).map(|i| vec![start + i as f32; 3]).collect();
-        for (k, &(r, cl)) in inputs.grids.iter().enumerate() {
-            positions.extend(image_positions(r, cl, k).iter().map(|p| p.to_vec()));
-        }
+        positions.extend(image_positions(rows, cols, 0).iter().map(|p| p.to_vec()));
+        positions.extend(
+            ref_positions(&inputs.grids[1..], inputs.ref_index)
+                .iter()
+                .map(|p| p.to_vec()),
+        );
         let (cos, sin) = nn::rope_table(&positions, &c.axes_dims, ROPE_THETA);
         let half = c.head_dim / 2;
         let rope = Rope {
@@ -174,14 +214,15 @@ impl QwenImage {
             sin: g.input_f32("qwen_image.rope_sin", [half, l + n, 1, 1], sin),
         };
 
-        let freqs =
-            nn::timestep_embedding(inputs.timesteps, TIME_FREQ_DIM, true, 0.0, 1000.0, 10_000.0);
-        let freqs = g.input_f32("qwen_image.t_freq", [TIME_FREQ_DIM, b, 1, 1], freqs);
-        let temb = self
-            .time
-            .b
-            .forward(g, g.silu(self.time.a.forward(g, freqs)));
-        let vec = g.silu(temb);
+        let embed = |t: &[f32], name: &str| {
+            let f = nn::timestep_embedding(t, TIME_FREQ_DIM, true, 0.0, 1000.0, 10_000.0);
+            let f = g.input_f32(name, [TIME_FREQ_DIM, b, 1, 1], f);
+            g.silu(self.time.b.forward(g, g.silu(self.time.a.forward(g, f))))
+        };
+        let vec = embed(inputs.timesteps, "qwen_image.t_freq");
+        let targets = rows * cols;
+        let zero_vec =
+            (inputs.zero_cond_t && n > targets).then(|| embed(&vec![0.0; b], "qwen_image.t0_freq"));
 
         let prelude = format!("{CUT_PREFIX}.prelude");
         let mut x = g.cut(&prelude, "img", self.img_in.forward(g, inputs.img));
@@ -192,15 +233,24 @@ impl QwenImage {
             head_dim: c.head_dim,
         };
         for (i, block) in self.blocks.iter().enumerate() {
-            let (im, tm) = block.modulation(g, vec, d).ok_or_else(|| {
-                RunnerError::Internal("Qwen Image block without modulation".into())
-            })?;
+            let missing = || RunnerError::Internal("Qwen Image block without modulation".into());
+            let (mut im, tm) = block.modulation(g, vec, d).ok_or_else(missing)?;
+            if let Some(v0) = zero_vec {
+                // Target tokens take the step's rows, reference tokens timestep 0's.
+                let (im0, _) = block.modulation(g, v0, d).ok_or_else(missing)?;
+                let tgt = columns(g, x, 0, targets);
+                let refs = columns(g, x, targets, n - targets);
+                im = im
+                    .iter()
+                    .zip(&im0)
+                    .map(|(&a, &z)| g.concat(g.repeat(a, tgt), g.repeat(z, refs), 1))
+                    .collect();
+            }
             let (xi, ti) = block.forward(g, x, t, (&im, &tm), rope, None, heads);
             let group = format!("{CUT_PREFIX}.transformer_blocks.{i}");
             x = g.cut(&group, "img", xi);
             t = g.cut(&group, "txt", ti);
         }
-        let targets = rows * cols;
         let es = 4;
         let img = g.cont(g.view(
             x,

@@ -205,18 +205,7 @@ impl Qwen3TextModel {
     ) -> Tensor<'g> {
         let c = &self.config;
         let n = input.len();
-        let ids = g.input_i32("qwen3.input_ids", [n, 1, 1, 1], input.ids().to_vec());
-        let mut x = g.get_rows(g.param(self.embed), ids);
-        let n_vis = input.vision().ne[1];
-        if n_vis > 0 {
-            let vis = g.input_f32(
-                "qwen3.vision_embeds",
-                [c.hidden, n_vis, 1, 1],
-                input.vision().data.clone(),
-            );
-            let rows = g.input_i32("qwen3.vision_rows", [n, 1, 1, 1], input.gather_rows());
-            x = g.get_rows(g.concat(x, vis, 1), rows);
-        }
+        let x = self.spliced_embeddings(g, input);
         let pos = g.input_i32(
             "qwen3.mrope_pos",
             [4 * n, 1, 1, 1],
@@ -237,6 +226,41 @@ impl Qwen3TextModel {
             layers_to_run,
             final_norm,
         )
+    }
+
+    /// The image-conditioned forward as upstream sd-cli runs Qwen2.5-VL: the token embeddings
+    /// with the image-pad rows replaced by the vision embeddings, but every token (image ones
+    /// included) at its plain sequence position 0..n on all rope axes (transformers gives image
+    /// tokens 3-D grid positions instead). No deepstack. Returns [hidden, n].
+    pub fn forward_sequential<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        input: &Qwen3MmInput,
+        final_norm: bool,
+    ) -> Tensor<'g> {
+        let n = input.len();
+        let x = self.spliced_embeddings(g, input);
+        let pos = g.input_i32("qwen3.pos", [n, 1, 1, 1], (0..n as i32).collect());
+        self.run_layers(g, x, Rope::Neox(pos), &[], None, final_norm)
+    }
+
+    /// Token embeddings [hidden, n] with the image-pad rows replaced by the vision embeddings.
+    fn spliced_embeddings<'g>(&self, g: &'g GraphCtx<'g>, input: &Qwen3MmInput) -> Tensor<'g> {
+        let c = &self.config;
+        let n = input.len();
+        let ids = g.input_i32("qwen3.input_ids", [n, 1, 1, 1], input.ids().to_vec());
+        let x = g.get_rows(g.param(self.embed), ids);
+        let n_vis = input.vision().ne[1];
+        if n_vis == 0 {
+            return x;
+        }
+        let vis = g.input_f32(
+            "qwen3.vision_embeds",
+            [c.hidden, n_vis, 1, 1],
+            input.vision().data.clone(),
+        );
+        let rows = g.input_i32("qwen3.vision_rows", [n, 1, 1, 1], input.gather_rows());
+        g.get_rows(g.concat(x, vis, 1), rows)
     }
 
     /// The decoder stack on x [hidden, n] with causal attention; `deepstack[i]` ([hidden, n],
