@@ -18,6 +18,8 @@ pub enum Error {
     #[error(transparent)]
     Image(#[from] crate::image_io::ImageIoError),
     #[error(transparent)]
+    Video(#[from] crate::image_io::video::VideoError),
+    #[error(transparent)]
     Sampling(#[from] crate::sampling::SamplingError),
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizers::TokenizerError),

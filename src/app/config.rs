@@ -61,6 +61,14 @@ impl Mode {
     }
 }
 
+/// `-M vid_gen`'s frame count and rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VideoSettings {
+    /// `--video-frames` as given (the family rounds it to what its VAE can make).
+    pub frames: u32,
+    pub fps: u32,
+}
+
 /// Input images named on the command line (existence checked; decoding happens later).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct InputImages {
@@ -245,6 +253,8 @@ pub struct RunConfig {
     /// `None` = model default (`--clip-skip <= 0`).
     pub clip_skip: Option<u32>,
     pub strength: f32,
+    /// `-M vid_gen`: frames and rate (`None` for images).
+    pub video: Option<VideoSettings>,
     pub inputs: InputImages,
     /// `--upscale-repeats`, `--upscale-tile-size` (with `--upscale-model`).
     pub upscale: UpscaleSettings,

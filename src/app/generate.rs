@@ -48,6 +48,12 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             family.name()
         );
     }
+    if cfg.video.is_some() && !family.makes_video() {
+        return Err(Error::Unsupported(format!(
+            "{} makes images, not video: use -M img_gen (video needs a Wan model)",
+            family.name()
+        )));
+    }
     family.check_inputs(&InputSummary {
         init_image: init.is_some(),
         references: refs.len(),
@@ -284,6 +290,7 @@ fn run_batch(
         ref_args: &cfg.inputs.ref_args,
         tiling: tiling.as_ref(),
         hires: hires.is_some(),
+        video_frames: cfg.video.map(|v| v.frames as usize),
     })?;
     let info = BatchInfo {
         width,
@@ -319,6 +326,10 @@ fn run_batch(
             preview: preview.as_mut().map(|p| p as &mut dyn PreviewSink),
             hires: hires.as_ref().map(|h| h.job(cfg, seed)),
         })?;
+        if let Some(video) = cfg.video.filter(|_| image.ne[3] > 1) {
+            output::write_video(cfg, &info, i, seed, &image, video.fps, t0)?;
+            continue;
+        }
         let image = match inputs.upscaler {
             Some(u) => u.upscale_tensor(&image)?,
             None => image,

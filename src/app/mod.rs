@@ -15,7 +15,7 @@ mod upscale;
 
 pub use config::{
     HiresMethod, HiresSettings, InputImages, Mode, OutputConfig, PreviewSettings, RunConfig,
-    RuntimeConfig, SamplingConfig, UpscaleSettings,
+    RuntimeConfig, SamplingConfig, UpscaleSettings, VideoSettings,
 };
 pub use devices::print_devices;
 
@@ -35,7 +35,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     match cfg.mode {
         Mode::Metadata => metadata::run(cfg),
         Mode::Convert => convert::run(cfg),
-        Mode::ImgGen => generate::run(cfg),
+        Mode::ImgGen | Mode::VidGen => generate::run(cfg),
         Mode::Upscale => upscale::run(cfg),
         other => Err(Error::Unsupported(format!(
             "mode '{}' is not implemented yet in this build",

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::RunConfig;
 use crate::error::{Error, Result};
+use crate::image_io::video::{self, video_output_path, VideoFormat};
 use crate::image_io::{
     base_name, write_generation_image, Channels, GenerationParams, HiresUse, Image, LoraUse,
 };
@@ -71,8 +72,65 @@ pub(super) fn write(
 ) -> Result<()> {
     let path = cfg.output_path_for(index);
     create_parent(cfg, &path)?;
+    let params = params(cfg, batch, index, seed);
+    write_generation_image(&path, &to_png_image(image)?, params.as_ref())?;
+    log::info!(
+        "saved {} ({:.1}s)",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Writes video `index` (frames [W, H, C, F] in [0, 1]) as upstream does: a `%d` pattern
+/// gives one image per frame numbered from `--output-begin-idx`; `.avi`, `.webm` and `.webp`
+/// are single files; any other extension becomes `.avi`.
+pub(super) fn write_video(
+    cfg: &RunConfig,
+    batch: &BatchInfo<'_>,
+    index: u32,
+    seed: i64,
+    frames: &HostTensor,
+    fps: u32,
+    started: Instant,
+) -> Result<()> {
+    let [w, h, c, n] = frames.ne;
+    let images = (0..n)
+        .map(|f| {
+            let one = HostTensor {
+                ne: [w, h, c, 1],
+                data: frames.data[f * w * h * c..(f + 1) * w * h * c].to_vec(),
+            };
+            to_png_image(&one)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let raw = std::path::PathBuf::from(&cfg.output.pattern);
+    let path = if VideoFormat::of(&raw) == Some(VideoFormat::Sequence) {
+        raw
+    } else {
+        video_output_path(&cfg.output_path_for(index))
+    };
+    create_parent(cfg, &path)?;
+    let text = params(cfg, batch, index, seed).map(|p| p.to_a1111());
+    let first = cfg.output.begin_idx;
+    video::write_video(&path, &images, fps, text.as_deref(), first)?;
+    log::info!(
+        "saved {} ({n} frames, {:.1}s)",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The generation parameters written into an output, unless disabled.
+fn params(
+    cfg: &RunConfig,
+    batch: &BatchInfo<'_>,
+    index: u32,
+    seed: i64,
+) -> Option<GenerationParams> {
     let plan = batch.plan;
-    let params = cfg.output.embed_metadata.then(|| {
+    cfg.output.embed_metadata.then(|| {
         let s = &cfg.sampling;
         let mut p = GenerationParams::new();
         p.prompt = cfg.prompt.clone();
@@ -111,12 +169,5 @@ pub(super) fn write(
             })
             .collect();
         p
-    });
-    write_generation_image(&path, &to_png_image(image)?, params.as_ref())?;
-    log::info!(
-        "saved {} ({:.1}s)",
-        path.display(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    })
 }

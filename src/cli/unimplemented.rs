@@ -40,8 +40,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--ref-video",
     "--ref-video-audio",
     "--ref-audio",
-    "--video-frames",
-    "--fps",
     "--moe-boundary",
     "--vace-strength",
     "--high-noise-steps",
@@ -78,7 +76,7 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
 ];
 
 /// Modes that parse but are not implemented yet (edited by the lead).
-pub const UNIMPLEMENTED_MODES: &[Mode] = &[Mode::Adetailer, Mode::VidGen];
+pub const UNIMPLEMENTED_MODES: &[Mode] = &[Mode::Adetailer];
 
 /// The flags from [`UNIMPLEMENTED_FLAGS`] that this run gave on the command line.
 pub fn unimplemented_flags(cfg: &RunConfig) -> Vec<&'static str> {

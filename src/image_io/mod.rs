@@ -21,6 +21,7 @@ mod params;
 mod pil_resize;
 mod read;
 mod resize;
+pub mod video;
 mod write;
 
 pub use decode::{read_image, read_image_from_bytes, ImageFormat};

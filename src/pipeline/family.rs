@@ -43,6 +43,10 @@ pub trait Family: Sync {
     fn check_inputs(&self, _inputs: &InputSummary<'_>) -> Result<()> {
         Ok(())
     }
+    /// Whether it generates video (`-M vid_gen`).
+    fn makes_video(&self) -> bool {
+        false
+    }
     /// The alias rules that give its weights the names LoRA files use for them
     /// ([`super::lora::names`]); a weight's own name always matches.
     fn lora_aliases(&self) -> &'static [AliasRule] {
@@ -174,6 +178,8 @@ pub struct BatchInputs<'a> {
     pub tiling: Option<&'a TileSettings>,
     /// `--hires`: the batch gets a second pass (families refuse what they cannot do with it).
     pub hires: bool,
+    /// `-M vid_gen`: the requested frame count (video families return [W, H, C, frames]).
+    pub video_frames: Option<usize>,
 }
 
 /// One image of a batch.

@@ -10,6 +10,7 @@ use super::qwen_image::QwenImageFamily;
 use super::qwen_image_2_1::QwenImage21Family;
 use super::sd::{SD, SDXL};
 use super::sd3::Sd3Family;
+use super::wan::WanFamily;
 use super::z_image::ZImageFamily;
 use crate::weights::TensorStore;
 
@@ -22,6 +23,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &Sd3Family,
     &ZImageFamily,
     &QwenImageFamily,
+    &WanFamily,
     &SD,
     &SDXL,
 ];

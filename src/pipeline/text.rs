@@ -10,8 +10,9 @@ use crate::runner::{Loaded, Runner};
 use crate::tensor::HostTensor;
 use crate::tokenizers::emphasis::parse_emphasis;
 use crate::tokenizers::{
-    bpe_from_gguf_metadata, find_qwen_tokenizer, find_t5_tokenizer, from_gguf_vocab,
-    load_qwen_tokenizer, load_t5_tokenizer as load_t5_file, BpeTokenizer, T5Tokenizer,
+    bpe_from_gguf_metadata, find_qwen_tokenizer, find_t5_tokenizer, find_umt5_tokenizer,
+    from_gguf_vocab, load_qwen_tokenizer, load_t5_tokenizer as load_t5_file, BpeTokenizer,
+    T5Tokenizer, TokenizerError,
 };
 
 use super::components::{ComponentId, ComponentStore};
@@ -79,6 +80,20 @@ pub fn apply_token_weights(hidden: &mut [f32], width: usize, weights: &[f32]) {
 /// The T5 tokenizer: `--t5xxl-tokenizer`, else one inside the T5 GGUF, else a tokenizer file
 /// beside the T5 weights.
 pub fn load_t5_tokenizer(t5: &ComponentStore, explicit: Option<&Path>) -> Result<T5Tokenizer> {
+    load_tokenizer_with(t5, explicit, find_t5_tokenizer)
+}
+
+/// [`load_t5_tokenizer`] for umT5 (Wan): the file search also looks where the Wan repositories
+/// keep google/umt5-xxl's tokenizer, and its error names what to download.
+pub fn load_umt5_tokenizer(t5: &ComponentStore, explicit: Option<&Path>) -> Result<T5Tokenizer> {
+    load_tokenizer_with(t5, explicit, find_umt5_tokenizer)
+}
+
+fn load_tokenizer_with(
+    t5: &ComponentStore,
+    explicit: Option<&Path>,
+    find: fn(Option<&Path>, &Path) -> std::result::Result<std::path::PathBuf, TokenizerError>,
+) -> Result<T5Tokenizer> {
     if explicit.is_none() {
         for f in t5.store.files() {
             let md = &f.gguf;
@@ -95,7 +110,7 @@ pub fn load_t5_tokenizer(t5: &ComponentStore, explicit: Option<&Path>) -> Result
             }
         }
     }
-    let path = find_t5_tokenizer(explicit, &t5.path)?;
+    let path = find(explicit, &t5.path)?;
     log::debug!("T5 tokenizer: {}", path.display());
     Ok(load_t5_file(&path)?)
 }

@@ -156,6 +156,17 @@ impl VaeStage {
         &self.runner
     }
 
+    /// Decodes a video latent [w, h, T, C] in the VAE's space to frames [W, H, F, C_out] in
+    /// [−1, 1] (video VAEs only).
+    pub fn decode_video(&self, z: &HostTensor) -> Result<HostTensor> {
+        match self.vae.decode_video(&self.runner, z) {
+            Some(r) => Ok(r?),
+            None => Err(Error::Unsupported(
+                "this VAE decodes single images only".into(),
+            )),
+        }
+    }
+
     /// Decodes a sampler latent [w, h, C] to an image in [0, 1], [W, H, C_out].
     pub fn decode(&self, latent: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
         self.decode_vae_latent(&self.norm.to_vae(latent)?, tiling)

@@ -25,6 +25,40 @@ pub fn find_t5_tokenizer(
     explicit: Option<&Path>,
     model_path: &Path,
 ) -> Result<PathBuf, TokenizerError> {
+    find_tokenizer(
+        explicit,
+        model_path,
+        &[],
+        "Download `spiece.model` from the Hugging Face repo google/t5-v1_1-xxl, or \
+         `tokenizer/spiece.model` or `tokenizer/tokenizer.json` from \
+         PixArt-alpha/PixArt-Sigma-XL-2-1024-MS",
+    )
+}
+
+/// Locates the umT5 tokenizer (Wan 2.x) for the umT5 weights at `model_path`: as
+/// [`find_t5_tokenizer`], plus `google/umt5-xxl/` beside the weights, where the Wan-AI
+/// repositories keep it next to `models_t5_umt5-xxl-enc-bf16.pth`.
+pub fn find_umt5_tokenizer(
+    explicit: Option<&Path>,
+    model_path: &Path,
+) -> Result<PathBuf, TokenizerError> {
+    find_tokenizer(
+        explicit,
+        model_path,
+        &["google/umt5-xxl"],
+        "Download `tokenizer.json` (or `spiece.model`) from the Hugging Face repo \
+         google/umt5-xxl (Wan-AI/Wan2.1-T2V-14B has it as `google/umt5-xxl/tokenizer.json`)",
+    )
+}
+
+/// The search behind [`find_t5_tokenizer`] / [`find_umt5_tokenizer`]: `subdirs` are extra
+/// folders below the weights' folder; `download` tells the user what to fetch.
+fn find_tokenizer(
+    explicit: Option<&Path>,
+    model_path: &Path,
+    subdirs: &[&str],
+    download: &str,
+) -> Result<PathBuf, TokenizerError> {
     if let Some(p) = explicit {
         if p.is_file() {
             return Ok(p.to_path_buf());
@@ -47,18 +81,18 @@ pub fn find_t5_tokenizer(
         } else {
             dir
         };
-        if let Some(found) = first_existing(&dir) {
-            return Ok(found);
-        }
-        searched.push(dir.clone());
+        let mut candidates = vec![dir.clone()];
+        candidates.extend(subdirs.iter().map(|s| dir.join(s)));
         if dir.file_name().is_some_and(|n| n == "text_encoder") {
             if let Some(root) = dir.parent() {
-                let tok_dir = root.join("tokenizer");
-                if let Some(found) = first_existing(&tok_dir) {
-                    return Ok(found);
-                }
-                searched.push(tok_dir);
+                candidates.push(root.join("tokenizer"));
             }
+        }
+        for candidate in candidates {
+            if let Some(found) = first_existing(&candidate) {
+                return Ok(found);
+            }
+            searched.push(candidate);
         }
     }
     let places = searched
@@ -72,9 +106,7 @@ pub fn find_t5_tokenizer(
     );
     Err(TokenizerError::NotFound(format!(
         "no T5 tokenizer found for {model} (looked for tokenizer.json and spiece.model in: {places}). \
-         Download `spiece.model` from the Hugging Face repo google/t5-v1_1-xxl, or \
-         `tokenizer/spiece.model` or `tokenizer/tokenizer.json` from \
-         PixArt-alpha/PixArt-Sigma-XL-2-1024-MS, and put it in {beside} next to the T5 weights, \
+         {download}, and put it in {beside} next to the T5 weights, \
          or pass its path with --t5xxl-tokenizer <FILE>",
         model = model_path.display(),
     )))
@@ -124,8 +156,32 @@ pub fn load_t5_tokenizer(path: &Path) -> Result<T5Tokenizer, TokenizerError> {
 
 #[cfg(test)]
 mod tests {
-    use super::find_t5_tokenizer;
+    use super::{find_t5_tokenizer, find_umt5_tokenizer};
     use std::fs;
+
+    #[test]
+    fn umt5_search_and_message() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let weights = tmp.path().join("models_t5_umt5-xxl-enc-bf16.pth");
+        fs::write(&weights, b"x").expect("write");
+        let msg = find_umt5_tokenizer(None, &weights)
+            .expect_err("nothing there yet")
+            .to_string();
+        assert!(
+            msg.contains("google/umt5-xxl") && msg.contains("--t5xxl-tokenizer"),
+            "{msg}"
+        );
+        assert!(!msg.contains("t5-v1_1"), "{msg}");
+        // The Wan-AI repository layout.
+        let wan = tmp.path().join("google/umt5-xxl");
+        fs::create_dir_all(&wan).expect("mkdir");
+        fs::write(wan.join("tokenizer.json"), b"{}").expect("write");
+        assert_eq!(
+            find_umt5_tokenizer(None, &weights).expect("Wan layout"),
+            wan.join("tokenizer.json")
+        );
+        assert!(find_t5_tokenizer(None, &weights).is_err());
+    }
 
     #[test]
     fn search_order_and_message() {

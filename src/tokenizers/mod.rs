@@ -32,7 +32,10 @@ pub use bpe_load::{
 pub use clip::{ClipTextRules, ClipTokenizer, CustomWords, PromptChunk};
 pub use emphasis::{parse_emphasis, EmphasisError, WeightedText};
 pub use error::TokenizerError;
-pub use load::{find_t5_tokenizer, load_t5_tokenizer, MAX_TOKENIZER_FILE_BYTES, T5_EXTRA_IDS};
+pub use load::{
+    find_t5_tokenizer, find_umt5_tokenizer, load_t5_tokenizer, MAX_TOKENIZER_FILE_BYTES,
+    T5_EXTRA_IDS,
+};
 pub use nfc::nfc;
 pub use sentencepiece_model::{from_gguf_vocab, from_spiece_model};
 pub use t5::{pixart_clean, Encoding, T5Tokenizer};

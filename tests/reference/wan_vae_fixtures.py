@@ -135,39 +135,44 @@ PLAIN = {
           "decoder.head.2.weight"},
 }
 
-os.makedirs(OUT, exist_ok=True)
-io = {}
-for name, cfg in MODELS.items():
-    vae = AutoencoderKLQwenImage(**cfg).eval()
-    randomize(vae)
-    vae.save_pretrained(f"{OUT}/{name}", safe_serialization=True)
-    sd = {k: v.detach().contiguous().clone() for k, v in vae.state_dict().items()}
-    original = original_file(sd, cfg["num_res_blocks"], DEEP[name], PLAIN[name], name == "b")
-    save_file(original, f"{OUT}/{name}_original.safetensors")
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    io = {}
+    for name, cfg in MODELS.items():
+        vae = AutoencoderKLQwenImage(**cfg).eval()
+        randomize(vae)
+        vae.save_pretrained(f"{OUT}/{name}", safe_serialization=True)
+        sd = {k: v.detach().contiguous().clone() for k, v in vae.state_dict().items()}
+        original = original_file(sd, cfg["num_res_blocks"], DEEP[name], PLAIN[name], name == "b")
+        save_file(original, f"{OUT}/{name}_original.safetensors")
 
-    n, (h, w), f = IO[name]
-    z_dim = cfg["z_dim"]
-    with torch.no_grad():
-        z = torch.randn(n, z_dim, 1, h, w)
-        vae.clear_cache()
-        raw = vae.decoder(vae.post_quant_conv(z), feat_cache=vae._feat_map, feat_idx=[0])
-        vae.clear_cache()
-        clamped = vae.decode(z).sample
-        assert torch.equal(raw.clamp(-1, 1), clamped)
-        x = torch.rand(n, 3, 1, h * f, w * f) * 2 - 1
-        mean = vae.encode(x).latent_dist.mode()
-    io[f"{name}.decode.z"] = z[:, :, 0]
-    io[f"{name}.decode.y"] = raw[:, :, 0]
-    io[f"{name}.decode.clamped"] = clamped[:, :, 0]
-    io[f"{name}.encode.x"] = x[:, :, 0]
-    io[f"{name}.encode.mean"] = mean[:, :, 0]
-    y = raw[:, :, 0]
-    print(f"model {name}: {len(sd)} weights; |decode.y| max {y.abs().max():.3f} "
-          f"({(y.abs() > 1).float().mean() * 100:.0f}% clamped), "
-          f"|encode.mean| max {mean.abs().max():.3f}")
+        n, (h, w), f = IO[name]
+        z_dim = cfg["z_dim"]
+        with torch.no_grad():
+            z = torch.randn(n, z_dim, 1, h, w)
+            vae.clear_cache()
+            raw = vae.decoder(vae.post_quant_conv(z), feat_cache=vae._feat_map, feat_idx=[0])
+            vae.clear_cache()
+            clamped = vae.decode(z).sample
+            assert torch.equal(raw.clamp(-1, 1), clamped)
+            x = torch.rand(n, 3, 1, h * f, w * f) * 2 - 1
+            mean = vae.encode(x).latent_dist.mode()
+        io[f"{name}.decode.z"] = z[:, :, 0]
+        io[f"{name}.decode.y"] = raw[:, :, 0]
+        io[f"{name}.decode.clamped"] = clamped[:, :, 0]
+        io[f"{name}.encode.x"] = x[:, :, 0]
+        io[f"{name}.encode.mean"] = mean[:, :, 0]
+        y = raw[:, :, 0]
+        print(f"model {name}: {len(sd)} weights; |decode.y| max {y.abs().max():.3f} "
+              f"({(y.abs() > 1).float().mean() * 100:.0f}% clamped), "
+              f"|encode.mean| max {mean.abs().max():.3f}")
 
-with open(f"{OUT}/a/config.json") as fh:
-    assert len(json.load(fh)["latents_mean"]) == 16
-save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
-total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(OUT) for f in fs)
-print(f"fixtures: {total / 1e6:.2f} MB")
+    with open(f"{OUT}/a/config.json") as fh:
+        assert len(json.load(fh)["latents_mean"]) == 16
+    save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(OUT) for f in fs)
+    print(f"fixtures: {total / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":  # importable: wan_vae_video_fixtures.py reuses the name mapping
+    main()

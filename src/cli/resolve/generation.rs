@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::app::{InputImages, Mode, UpscaleSettings};
+use crate::app::{InputImages, Mode, UpscaleSettings, VideoSettings};
 use crate::cli::args::Cli;
 use crate::cli::checks::{image_side, random_seed, read_text};
 use crate::cli::error::{check_finite, invalid, CliError};
@@ -18,6 +18,7 @@ pub(super) struct Generation {
     pub batch_count: u32,
     pub clip_skip: Option<u32>,
     pub strength: f32,
+    pub video: Option<VideoSettings>,
     pub inputs: InputImages,
     pub upscale: UpscaleSettings,
 }
@@ -122,6 +123,10 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generatio
         batch_count: g.batch_count as u32,
         clip_skip: (g.clip_skip > 0).then_some(g.clip_skip as u32),
         strength,
+        video: (mode == Mode::VidGen).then_some(VideoSettings {
+            frames: g.video_frames as u32,
+            fps: g.fps as u32,
+        }),
         inputs,
         upscale: UpscaleSettings {
             repeats: g.upscale_repeats as u32,

@@ -62,6 +62,7 @@ impl RunConfig {
             batch_count: gen.batch_count,
             clip_skip: gen.clip_skip,
             strength: gen.strength,
+            video: gen.video,
             inputs: gen.inputs,
             upscale: gen.upscale,
             hires,

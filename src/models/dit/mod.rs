@@ -6,6 +6,7 @@ pub mod pixart;
 pub mod qwen_image;
 pub mod qwen_image_2_1;
 pub mod sd3;
+pub mod wan;
 pub mod z_image;
 
 /// Rope axes (index/frame, height, width) for a head size: FLUX's and Qwen Image's released

@@ -8,7 +8,8 @@ pub mod tiling;
 pub mod wan_vae;
 
 use crate::ggml::Tensor;
-use crate::runner::{GraphCtx, RunnerError};
+use crate::runner::{GraphCtx, Runner, RunnerError};
+use crate::tensor::HostTensor;
 
 /// What a pipeline needs of any VAE: its spatial scale, which halves it has, and graph
 /// builders for both directions. Latents here are in the VAE's own space (the family's
@@ -30,4 +31,14 @@ pub trait Vae {
     /// Image [W, H, C_in, N] in [−1, 1] → the posterior mean [W/f, H/f, C, N]. Only when
     /// [`Vae::has_encoder`].
     fn encode_mean<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g>;
+    /// Video VAEs: a latent [w, h, T, C] (one clip, in the VAE's space) → frames
+    /// [w·f, h·f, F, C_out] clamped to [−1, 1], run chunk by chunk on `runner`. `None` for image
+    /// VAEs.
+    fn decode_video(
+        &self,
+        _runner: &Runner,
+        _z: &HostTensor,
+    ) -> Option<Result<HostTensor, RunnerError>> {
+        None
+    }
 }

@@ -1,8 +1,10 @@
-//! The T5 v1.1 encoder stack (transformers `T5EncoderModel`) as a ggml graph.
+//! The T5 v1.1 / umT5 encoder stack (transformers `T5EncoderModel` / `UMT5EncoderModel`) as a
+//! ggml graph.
 //!
 //! Per block: `x += o(attn(rms(x)))`, `x += wo(gelu_tanh(wi_0(rms(x))) · wi_1(rms(x)))`; then a
-//! final RMS norm. Attention has no 1/√d scaling; its additive bias is block 0's relative
-//! position table (reused by every block) plus the padding-key mask.
+//! final RMS norm. Attention has no 1/√d scaling; its additive bias is a relative position
+//! table plus the padding-key mask. T5 reuses block 0's table in every block; umT5 (Wan's text
+//! encoder) gives each block its own, which is the only difference between the two encoders.
 //!
 //! Activations stay f32 throughout. T5 v1.1's feed-forward values are known to exceed the f16
 //! range (transformers keeps `wo` in f32 for fp16 runs); we never store activations in f16, and
@@ -91,11 +93,17 @@ impl Block {
     }
 }
 
-/// transformers `T5EncoderModel` (T5 v1.1: gated-GELU feed-forward, relative position bias).
+/// Key of a block's relative position table, relative to `encoder.block.N.`.
+const REL_BIAS: &str = "layer.0.SelfAttention.relative_attention_bias.weight";
+
+/// transformers `T5EncoderModel` (T5 v1.1: gated-GELU feed-forward, relative position bias) or
+/// `UMT5EncoderModel` (the same with a position table per block).
 pub struct T5Encoder {
     config: T5Config,
     embed: Param,
-    rel_bias: Param,
+    /// Relative position tables [heads, buckets]: one shared by every block (T5) or one per
+    /// block (umT5).
+    rel_bias: Vec<Param>,
     blocks: Vec<Block>,
     final_norm: RmsNorm,
 }
@@ -103,6 +111,7 @@ pub struct T5Encoder {
 impl T5Encoder {
     /// Declares the weights under HF names relative to `wb` (`shared.weight` or
     /// `encoder.embed_tokens.weight`, `encoder.block.{i}...`, `encoder.final_layer_norm.weight`).
+    /// A position table in block 1 means umT5: then every block must have one.
     pub fn new(wb: &WeightBuilder<'_, '_>, config: T5Config) -> Result<Self, RunnerError> {
         let c = &config;
         let embed_key = EMBED_KEYS
@@ -115,21 +124,23 @@ impl T5Encoder {
             .pp(embed_path)
             .get("weight", [c.d_model, c.vocab, 1, 1], Storage::Any)?;
         let encoder = wb.pp("encoder");
-        let rel_bias = encoder.pp("block.0.layer.0.SelfAttention").get(
-            "relative_attention_bias.weight",
-            [c.num_heads, c.num_buckets, 1, 1],
-            Storage::F32,
-        )?;
+        let table_ne = [c.num_heads, c.num_buckets, 1, 1];
+        let mut rel_bias = vec![encoder
+            .pp("block.0")
+            .get(REL_BIAS, table_ne, Storage::F32)?];
+        let per_block = c.num_layers > 1 && encoder.pp("block.1").contains(REL_BIAS);
         let mut blocks = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let bw = encoder.pp("block").pp(i);
-            let own_bias = "layer.0.SelfAttention.relative_attention_bias.weight";
-            if i > 0 && bw.contains(own_bias) {
-                // UMT5 gives every block its own table; plain T5 shares block 0's.
+            if i > 0 && per_block {
+                rel_bias.push(bw.get(REL_BIAS, table_ne, Storage::F32)?);
+            } else if i > 0 && bw.contains(REL_BIAS) {
                 return Err(RunnerError::BadData {
-                    key: bw.key(own_bias),
+                    key: bw.key(REL_BIAS),
                     origin: "the T5 text encoder weights".into(),
-                    reason: "per-block relative attention bias (UMT5) is not supported".into(),
+                    reason: "a position table in this block but none in block 1: neither T5 \
+                             (block 0's table only) nor umT5 (one per block)"
+                        .into(),
                 });
             }
             blocks.push(Block::new(&bw, c)?);
@@ -141,6 +152,14 @@ impl T5Encoder {
             });
         }
         let final_norm = RmsNorm::new(&encoder.pp("final_layer_norm"), c.d_model, c.eps)?;
+        log::debug!(
+            "T5 encoder: {}",
+            if per_block {
+                "umT5 (a position table per block)"
+            } else {
+                "T5 (block 0's position table shared)"
+            }
+        );
         Ok(Self {
             config,
             embed,
@@ -152,6 +171,12 @@ impl T5Encoder {
 
     pub fn config(&self) -> &T5Config {
         &self.config
+    }
+
+    /// Whether every block has its own relative position table (umT5, the text encoder of
+    /// Wan 2.x) rather than sharing block 0's (T5 v1.1).
+    pub fn is_umt5(&self) -> bool {
+        self.rel_bias.len() > 1
     }
 
     /// `token_ids`: i32 [n]; the first `valid_len` tokens are real and the rest padding (their
@@ -166,18 +191,29 @@ impl T5Encoder {
         let c = &self.config;
         let n = token_ids.ne()[0];
         let mut x = g.get_rows(g.param(self.embed), token_ids);
-        let bias = self.position_bias(g, n, valid_len);
+        let buckets = self.bucket_input(g, n);
+        let mask = (valid_len < n).then(|| {
+            let mask: Vec<f32> = (0..n)
+                .map(|k| if k < valid_len { 0.0 } else { MASKED })
+                .collect();
+            g.input_f32("t5.key_mask", [n, 1, 1, 1], mask)
+        });
+        let shared = match self.rel_bias.as_slice() {
+            [table] => Some(self.position_bias(g, *table, buckets, n, mask)),
+            _ => None,
+        };
         for (i, block) in self.blocks.iter().enumerate() {
+            let bias =
+                shared.unwrap_or_else(|| self.position_bias(g, self.rel_bias[i], buckets, n, mask));
             x = block.forward(g, c, x, bias);
             x = g.cut(&format!("t5.blocks.{i}"), "x", x);
         }
         self.final_norm.forward(g, x)
     }
 
-    /// Block 0's relative position bias plus the key mask: [n_k, n_q, heads].
-    fn position_bias<'g>(&self, g: &'g GraphCtx<'g>, n: usize, valid_len: usize) -> Tensor<'g> {
+    /// Bucket of every (query q, key k) pair at index k + n·q: i32 [n·n].
+    fn bucket_input<'g>(&self, g: &'g GraphCtx<'g>, n: usize) -> Tensor<'g> {
         let c = &self.config;
-        // Bucket of (query q, key k) at index k + n·q.
         let buckets: Vec<i32> = (0..n as i64)
             .flat_map(|q| {
                 (0..n as i64).map(move |k| {
@@ -185,17 +221,25 @@ impl T5Encoder {
                 })
             })
             .collect();
-        let idx = g.input_i32("t5.rel_buckets", [n * n, 1, 1, 1], buckets);
+        g.input_i32("t5.rel_buckets", [n * n, 1, 1, 1], buckets)
+    }
+
+    /// One position table looked up at the `n·n` `buckets`, plus the key mask: [n_k, n_q, heads].
+    fn position_bias<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        table: Param,
+        buckets: Tensor<'g>,
+        n: usize,
+        mask: Option<Tensor<'g>>,
+    ) -> Tensor<'g> {
         // [heads, n_k·n_q] -> [heads, n_k, n_q] -> [n_k, n_q, heads]
-        let table = g.get_rows(g.param(self.rel_bias), idx);
-        let bias = g.reshape(table, [c.num_heads, n, n, 1]);
+        let bias = g.get_rows(g.param(table), buckets);
+        let bias = g.reshape(bias, [self.config.num_heads, n, n, 1]);
         let bias = g.cont(g.permute(bias, [2, 0, 1, 3]));
-        if valid_len >= n {
-            return bias;
+        match mask {
+            Some(mask) => g.add(bias, mask),
+            None => bias,
         }
-        let mask: Vec<f32> = (0..n)
-            .map(|k| if k < valid_len { 0.0 } else { MASKED })
-            .collect();
-        g.add(bias, g.input_f32("t5.key_mask", [n, 1, 1, 1], mask))
     }
 }

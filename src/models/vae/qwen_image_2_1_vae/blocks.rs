@@ -14,7 +14,7 @@ use super::layout::{Names, Part};
 const NORM_EPS: f32 = 1e-24;
 
 /// Input scale of convolutions with f16 kernels.
-const F16_CONV_SCALE: f32 = 1.0 / 128.0;
+pub(crate) const F16_CONV_SCALE: f32 = 1.0 / 128.0;
 
 /// A 2D convolution whose kernel is stored either as `[K, K, I, O]` (ggml order; PyTorch
 /// Conv2d) or folded from a causal Conv3d, `[K, K, T, I·O]` (PyTorch `[O, I, T, K, K]`).
@@ -23,15 +23,15 @@ const F16_CONV_SCALE: f32 = 1.0 / 128.0;
 /// last temporal slice of the kernel meets real data: that slice is the 2D kernel.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Conv {
-    weight: Param,
-    bias: Param,
-    kernel: usize,
-    in_ch: usize,
-    out_ch: usize,
+    pub(crate) weight: Param,
+    pub(crate) bias: Param,
+    pub(crate) kernel: usize,
+    pub(crate) in_ch: usize,
+    pub(crate) out_ch: usize,
     /// Temporal depth of a folded 3D kernel; 0 for a plain 2D kernel.
-    frames: usize,
-    stride: usize,
-    padding: usize,
+    pub(crate) frames: usize,
+    pub(crate) stride: usize,
+    pub(crate) padding: usize,
 }
 
 /// (in, out, temporal depth or 0) of a conv stored under `wb`, read from the weight and bias shapes.
@@ -166,11 +166,11 @@ impl ChannelNorm {
 /// the width changes).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ResidualBlock {
-    norm1: ChannelNorm,
-    conv1: Conv,
-    norm2: ChannelNorm,
-    conv2: Conv,
-    shortcut: Option<Conv>,
+    pub(crate) norm1: ChannelNorm,
+    pub(crate) conv1: Conv,
+    pub(crate) norm2: ChannelNorm,
+    pub(crate) conv2: Conv,
+    pub(crate) shortcut: Option<Conv>,
 }
 
 impl ResidualBlock {
@@ -242,9 +242,9 @@ impl MidAttention {
 /// resnet → attention → resnet at the deepest level.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct MidBlock {
-    resnet_1: ResidualBlock,
-    attention: MidAttention,
-    resnet_2: ResidualBlock,
+    pub(crate) resnet_1: ResidualBlock,
+    pub(crate) attention: MidAttention,
+    pub(crate) resnet_2: ResidualBlock,
 }
 
 impl MidBlock {

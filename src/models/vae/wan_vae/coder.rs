@@ -2,7 +2,9 @@
 //!
 //! On one frame the temporal convs of `downsample3d` / `upsample3d` never run (diffusers' first
 //! chunk only fills the cache), so every level is spatial: resnets, then a zero-pad + stride-2
-//! conv (encoder) or nearest 2× + conv to half the width (decoder).
+//! conv (encoder) or nearest 2× + conv to half the width (decoder). Their `time_conv` weights
+//! are declared only for video (`WanVaeConfig::video`); the video path (`super::video`) walks
+//! these same stacks frame-causally.
 
 use crate::ggml::{ScaleMode, Tensor};
 use crate::models::vae::qwen_image_2_1_vae::blocks::{ChannelNorm, Conv, MidBlock, ResidualBlock};
@@ -14,15 +16,33 @@ use super::WanVaeConfig;
 
 /// One level: resnets, then the resampling conv (all levels but the last).
 #[derive(Clone, Debug)]
-struct Level {
-    resnets: Vec<ResidualBlock>,
-    resample: Option<Conv>,
+pub(super) struct Level {
+    pub(super) resnets: Vec<ResidualBlock>,
+    pub(super) resample: Option<Conv>,
+    /// The temporal conv of a `downsample3d` / `upsample3d` resampler, loaded for video only.
+    pub(super) time_conv: Option<Conv>,
 }
 
 impl Level {
     fn resnets<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
         self.resnets.iter().fold(x, |h, r| r.forward(g, h))
     }
+}
+
+/// The `time_conv` under `resampler` ([O, I, 3, 1, 1] in PyTorch), when video is asked for and
+/// the level resamples in time (the weight is present: diffusers' `temperal_downsample`).
+fn time_conv(
+    wb: &WeightBuilder<'_, '_>,
+    config: &WanVaeConfig,
+    resampler: &str,
+    in_ch: usize,
+    out_ch: usize,
+) -> Result<Option<Conv>, RunnerError> {
+    let wb = wb.pp(resampler).pp("time_conv");
+    if !config.video || !wb.contains("weight") {
+        return Ok(None);
+    }
+    Conv::new(&wb, in_ch, out_ch, 1, 1, 0).map(Some)
 }
 
 /// `count` resnets under `path(j)`, the first from `in_ch`, all to `out_ch`.
@@ -45,11 +65,11 @@ fn resnets(
 /// The encoder: image [W, H, C_in, N] → moments [W/f, H/f, 2·z, N] (before `quant_conv`).
 #[derive(Clone, Debug)]
 pub(crate) struct Encoder {
-    conv_in: Conv,
-    levels: Vec<Level>,
-    mid: MidBlock,
-    norm_out: ChannelNorm,
-    conv_out: Conv,
+    pub(super) conv_in: Conv,
+    pub(super) levels: Vec<Level>,
+    pub(super) mid: MidBlock,
+    pub(super) norm_out: ChannelNorm,
+    pub(super) conv_out: Conv,
 }
 
 impl Encoder {
@@ -67,13 +87,20 @@ impl Encoder {
             let resnets = resnets(&shared, wb, config.res_blocks, in_ch, out_ch, |j| {
                 names.down_resnet(i, j)
             })?;
-            let resample = if i + 1 < count {
+            let (resample, time_conv) = if i + 1 < count {
                 let path = wb.pp(names.downsampler(i)).pp("resample.1");
-                Some(Conv::new(&path, out_ch, out_ch, 3, 2, 0)?)
+                (
+                    Some(Conv::new(&path, out_ch, out_ch, 3, 2, 0)?),
+                    time_conv(wb, config, &names.downsampler(i), out_ch, out_ch)?,
+                )
             } else {
-                None
+                (None, None)
             };
-            levels.push(Level { resnets, resample });
+            levels.push(Level {
+                resnets,
+                resample,
+                time_conv,
+            });
         }
         let top = dims[count];
         let part = Part::Encoder;
@@ -120,11 +147,11 @@ impl Encoder {
 /// The decoder: latent [w, h, z, N] (after `post_quant_conv`) → image [f·w, f·h, C_out, N].
 #[derive(Clone, Debug)]
 pub(crate) struct Decoder {
-    conv_in: Conv,
-    mid: MidBlock,
-    levels: Vec<Level>,
-    norm_out: ChannelNorm,
-    conv_out: Conv,
+    pub(super) conv_in: Conv,
+    pub(super) mid: MidBlock,
+    pub(super) levels: Vec<Level>,
+    pub(super) norm_out: ChannelNorm,
+    pub(super) conv_out: Conv,
 }
 
 impl Decoder {
@@ -144,13 +171,21 @@ impl Decoder {
             let resnets = resnets(&shared, wb, config.res_blocks + 1, in_ch, out_ch, |j| {
                 names.up_resnet(i, j)
             })?;
-            let resample = if i + 1 < count {
+            let (resample, time_conv) = if i + 1 < count {
                 let path = wb.pp(names.upsampler(i)).pp("resample.1");
-                Some(Conv::new(&path, out_ch, out_ch / 2, 3, 1, 1)?)
+                (
+                    Some(Conv::new(&path, out_ch, out_ch / 2, 3, 1, 1)?),
+                    // Twice the width: each output's halves become two frames.
+                    time_conv(wb, config, &names.upsampler(i), out_ch, 2 * out_ch)?,
+                )
             } else {
-                None
+                (None, None)
             };
-            levels.push(Level { resnets, resample });
+            levels.push(Level {
+                resnets,
+                resample,
+                time_conv,
+            });
         }
         let last = dims[count];
         let part = Part::Decoder;

@@ -1,12 +1,12 @@
-//! The Wan 2.1 VAE, which is also the Qwen Image VAE (diffusers `AutoencoderKLQwenImage`), for
-//! single images.
+//! The Wan 2.1 VAE, which is also the Qwen Image VAE (diffusers `AutoencoderKLQwenImage`,
+//! `AutoencoderKLWan`), for single images and, when loaded with [`WanVaeConfig::video`], videos.
 //!
 //! A causal-3D residual autoencoder: 8× spatial compression over four levels, RGB in and out, a
 //! 16-channel latent. Every resnet uses the channel RMS norm `F.normalize(x, dim=C)·√C·γ` and
 //! SiLU; the middle block is resnet → single-head attention → resnet. Encoder levels end in a
 //! zero-pad + stride-2 conv, decoder levels in nearest 2× + a conv to half the width. Unlike
 //! the Qwen Image 2.1 VAE there are no parameter-free shortcuts, and on a single frame the
-//! temporal `time_conv` weights never act (they are not loaded).
+//! temporal `time_conv` weights never act (they are loaded only for video).
 //!
 //! The building blocks are the Qwen Image 2.1 VAE's (`qwen_image_2_1_vae::blocks`): kernels may
 //! be plain 2D or causal 3D kernels folded to `[K, K, T, I·O]`, of which a single frame only
@@ -17,18 +17,26 @@
 //! ([`LatentStats::normalize`]); [`WanVae::decode`] takes the raw latent `x · std + mean` and
 //! returns the decoder output clamped to [-1, 1] (diffusers `_decode`); [`WanVae::encode`]
 //! takes an image in [-1, 1] and returns the raw posterior mean.
+//!
+//! Video: [`WanVae::decode_video`] (latent [w, h, T, z] → frames [W, H, 1 + 4(T − 1), 3]) and
+//! [`WanVae::encode_video`] (frames [W, H, 1 + 4k, 3] → mean [w, h, 1 + k, z]) run chunk by
+//! chunk on a [`Runner`](crate::runner::Runner), carrying each causal conv's history between
+//! chunks in the runner's named cache (see `video`).
 
 mod coder;
 mod detect;
 mod layout;
+mod video;
 
 pub use super::qwen_image_2_1_vae::LatentStats;
 pub use layout::WanVaeLayout;
+pub use video::ENCODE_CHUNK_FRAMES;
 
 use crate::ggml::Tensor;
 use crate::models::vae::qwen_image_2_1_vae::blocks::Conv;
 use crate::models::vae::qwen_image_2_1_vae::layout::Part;
-use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
+use crate::runner::{GraphCtx, Runner, RunnerError, WeightBuilder};
+use crate::tensor::HostTensor;
 
 use coder::{Decoder, Encoder};
 use detect::{detect_layout, Detector};
@@ -75,6 +83,10 @@ pub struct WanVaeConfig {
     /// Latent statistics: the released ones when `z_dim` is 16, else `None` (read them from the
     /// model's `config.json` with [`LatentStats::from_diffusers_config`]).
     pub latent_stats: Option<LatentStats>,
+    /// Load the temporal weights (`time_conv`) and check the kernels are whole causal 3-D ones,
+    /// for [`WanVae::decode_video`] / [`WanVae::encode_video`] (detected: false; image users
+    /// skip those weights).
+    pub video: bool,
 }
 
 fn bad_config(key: String, reason: String) -> RunnerError {
@@ -160,6 +172,7 @@ impl WanVaeConfig {
             encoder,
             decoder,
             latent_stats: None,
+            video: false,
         };
         if encoder {
             let (in_ch, width) = d.conv(&shared.conv_in(Part::Encoder))?;
@@ -266,8 +279,12 @@ impl WanVae {
         let shared = names.shared();
         let z2 = 2 * config.z_dim;
         let encoder = if config.encoder {
+            let encoder = Encoder::new(&names, wb, &config)?;
+            if config.video {
+                video::check::encoder(wb, &names, &encoder)?;
+            }
             Some((
-                Encoder::new(&names, wb, &config)?,
+                encoder,
                 Conv::new(&wb.pp(shared.quant_conv()), z2, z2, 1, 1, 0)?,
             ))
         } else {
@@ -275,9 +292,13 @@ impl WanVae {
         };
         let decoder = if config.decoder {
             let z = config.z_dim;
+            let decoder = Decoder::new(&names, wb, &config)?;
+            if config.video {
+                video::check::decoder(wb, &names, &decoder)?;
+            }
             Some((
                 Conv::new(&wb.pp(shared.post_quant_conv()), z, z, 1, 1, 0)?,
-                Decoder::new(&names, wb, &config)?,
+                decoder,
             ))
         } else {
             None
@@ -352,17 +373,20 @@ impl WanVae {
             .encoder
             .as_ref()
             .expect("WanVae::encode without an encoder (check has_encoder)");
-        let moments = quant.forward(g, encoder.forward(g, x));
-        // The mean is the first z_dim channels (the log-variance follows).
-        let [w, h, _, n] = moments.ne();
-        let nb = moments.nb();
-        g.cont(g.view(
-            moments,
-            [w, h, self.config.z_dim, n],
-            [nb[1], nb[2], nb[3]],
-            0,
-        ))
+        posterior_mean(
+            g,
+            quant.forward(g, encoder.forward(g, x)),
+            self.config.z_dim,
+        )
     }
+}
+
+/// The posterior mean of moments [W, H, 2·z, N]: the first z channels (the log-variance
+/// follows).
+fn posterior_mean<'g>(g: &'g GraphCtx<'g>, moments: Tensor<'g>, z: usize) -> Tensor<'g> {
+    let [w, h, _, n] = moments.ne();
+    let nb = moments.nb();
+    g.cont(g.view(moments, [w, h, z, n], [nb[1], nb[2], nb[3]], 0))
 }
 
 impl crate::models::vae::Vae for WanVae {
@@ -392,5 +416,13 @@ impl crate::models::vae::Vae for WanVae {
 
     fn encode_mean<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
         self.encode(g, x)
+    }
+
+    fn decode_video(
+        &self,
+        runner: &Runner,
+        z: &HostTensor,
+    ) -> Option<Result<HostTensor, RunnerError>> {
+        Some(WanVae::decode_video(self, runner, z))
     }
 }

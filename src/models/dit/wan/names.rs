@@ -1,0 +1,111 @@
+//! Tensor names of the two Wan checkpoint layouts, relative to the model root (blocks:
+//! relative to `blocks.N`). diffusers' `convert_wan_transformer_to_diffusers` maps the first
+//! to the second; note the swapped norms: the original `norm3` is diffusers' affine `norm2`.
+
+/// Names inside one attention module.
+pub(crate) struct AttnNames {
+    pub q: &'static str,
+    pub k: &'static str,
+    pub v: &'static str,
+    pub o: &'static str,
+    pub norm_q: &'static str,
+    pub norm_k: &'static str,
+    /// I2V: the image tokens' key / value projections and key norm.
+    pub k_img: &'static str,
+    pub v_img: &'static str,
+    pub norm_k_img: &'static str,
+}
+
+pub(crate) struct Names {
+    pub text: [&'static str; 2],
+    pub time: [&'static str; 2],
+    pub time_proj: &'static str,
+    pub proj_out: &'static str,
+    /// The output norm's [1, 2, D] (shift, scale) table.
+    pub head_table: &'static str,
+    pub img_norm1: &'static str,
+    pub img_fc1: &'static str,
+    pub img_fc2: &'static str,
+    pub img_norm2: &'static str,
+    /// FLF2V's position table (the full tensor name).
+    pub img_pos: &'static str,
+    pub self_attn: &'static str,
+    pub cross_attn: &'static str,
+    pub attn: AttnNames,
+    /// `self_attn.q` / `attn1.to_q`, for detection.
+    pub self_q: &'static str,
+    pub self_norm_q: &'static str,
+    /// The affine layer norm before cross-attention.
+    pub cross_norm: &'static str,
+    pub ffn: [&'static str; 2],
+    /// A block's [1, 6, D] modulation table.
+    pub table: &'static str,
+}
+
+pub(crate) const ORIGINAL: Names = Names {
+    text: ["text_embedding.0", "text_embedding.2"],
+    time: ["time_embedding.0", "time_embedding.2"],
+    time_proj: "time_projection.1",
+    proj_out: "head.head",
+    head_table: "head.modulation",
+    img_norm1: "img_emb.proj.0",
+    img_fc1: "img_emb.proj.1",
+    img_fc2: "img_emb.proj.3",
+    img_norm2: "img_emb.proj.4",
+    img_pos: "img_emb.emb_pos",
+    self_attn: "self_attn",
+    cross_attn: "cross_attn",
+    attn: AttnNames {
+        q: "q",
+        k: "k",
+        v: "v",
+        o: "o",
+        norm_q: "norm_q",
+        norm_k: "norm_k",
+        k_img: "k_img",
+        v_img: "v_img",
+        norm_k_img: "norm_k_img",
+    },
+    self_q: "self_attn.q",
+    self_norm_q: "self_attn.norm_q",
+    cross_norm: "norm3",
+    ffn: ["ffn.0", "ffn.2"],
+    table: "modulation",
+};
+
+pub(crate) const DIFFUSERS: Names = Names {
+    text: [
+        "condition_embedder.text_embedder.linear_1",
+        "condition_embedder.text_embedder.linear_2",
+    ],
+    time: [
+        "condition_embedder.time_embedder.linear_1",
+        "condition_embedder.time_embedder.linear_2",
+    ],
+    time_proj: "condition_embedder.time_proj",
+    proj_out: "proj_out",
+    head_table: "scale_shift_table",
+    img_norm1: "condition_embedder.image_embedder.norm1",
+    img_fc1: "condition_embedder.image_embedder.ff.net.0.proj",
+    img_fc2: "condition_embedder.image_embedder.ff.net.2",
+    img_norm2: "condition_embedder.image_embedder.norm2",
+    img_pos: "condition_embedder.image_embedder.pos_embed",
+    self_attn: "attn1",
+    cross_attn: "attn2",
+    attn: AttnNames {
+        q: "to_q",
+        k: "to_k",
+        v: "to_v",
+        o: "to_out.0",
+        norm_q: "norm_q",
+        norm_k: "norm_k",
+        k_img: "add_k_proj",
+        v_img: "add_v_proj",
+        norm_k_img: "norm_added_k",
+    },
+    self_q: "attn1.to_q",
+    self_norm_q: "attn1.norm_q",
+    cross_norm: "norm2",
+    ffn: ["ffn.net.0.proj", "ffn.net.2"],
+    table: "scale_shift_table",
+};

@@ -1,0 +1,324 @@
+//! The Wan pipeline: loading, conditioning, sampling over the video latent, decoding.
+
+use std::time::Instant;
+
+use super::{DIFFUSION, FLOW_SHIFT, T5, TEXT_LEN, VAE};
+use crate::error::{Error, Result};
+use crate::models::dit::wan::{heads_hint, Wan, WanConfig, WanInputs};
+use crate::models::te::t5::{self, T5Encoder};
+use crate::models::vae::wan_vae::{LatentStats, WanVae, WanVaeConfig};
+use crate::pipeline::components::{ComponentFiles, ComponentId};
+use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
+use crate::pipeline::memo::Memo;
+use crate::pipeline::passes::{denoise_pass, PassRequest, PassStage};
+use crate::pipeline::text::{encode_t5_chunks, load_t5, load_umt5_tokenizer, t5_weighted_chunks};
+use crate::pipeline::vae::{LatentNorm, VaeStage};
+use crate::progress::Progress;
+use crate::runner::{Loaded, Runner, StoreSource};
+use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
+use crate::tensor::HostTensor;
+use crate::tokenizers::T5Tokenizer;
+
+/// Latent frames for a requested frame count (upstream: (F − 1)/4 + 1, at least 1).
+pub fn latent_frames(frames: usize) -> usize {
+    frames.saturating_sub(1) / 4 + 1
+}
+
+/// Frames the VAE makes from `latent` latent frames.
+pub fn video_frames(latent: usize) -> usize {
+    4 * latent.saturating_sub(1) + 1
+}
+
+pub struct WanPipeline {
+    tokenizer: T5Tokenizer,
+    te: Loaded<T5Encoder>,
+    dit: Loaded<Wan>,
+    /// The VAE for single frames (img2img, `-M img_gen`) and its statistics.
+    vae: VaeStage,
+    stats: LatentStats,
+    schedule: ModelSchedule,
+    prediction: Prediction,
+    states: Memo<HostTensor>,
+    /// Latent frames of the batch.
+    batch: Option<Prepared<usize>>,
+}
+
+impl WanPipeline {
+    pub fn load(files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Self> {
+        let dit_files = files.require(&DIFFUSION)?;
+        let t5_files = files.require(&T5)?;
+        let vae_files = files.require(&VAE)?;
+        let mut bar = Progress::new("loading model", 3);
+
+        let heads = dit_files.config().and_then(heads_hint);
+        let root = dit_files.root(ComponentId::Diffusion);
+        let src = StoreSource::new(&dit_files.store, &root);
+        let opts = ctx.load_options(ComponentId::Diffusion, true)?;
+        let dit = Runner::load("wan", &src, opts, |wb| -> Result<Wan> {
+            let config = WanConfig::detect(wb, heads)?;
+            log::debug!("wan: {config:?}");
+            Ok(Wan::new(wb, config)?)
+        })?;
+        bar.tick();
+
+        let te = load_t5(t5_files, ctx)?;
+        let tokenizer = load_umt5_tokenizer(t5_files, ctx.t5_tokenizer)?;
+        t5::check_tokenizer(&te.model, &tokenizer, &t5_files.path.display().to_string())?;
+        let c = dit.model.config();
+        if te.model.config().d_model != c.text_dim {
+            return Err(Error::Unsupported(format!(
+                "the text encoder's width {} does not match the transformer's text input {} \
+                 (Wan reads umT5-XXL)",
+                te.model.config().d_model,
+                c.text_dim
+            )));
+        }
+        bar.tick();
+
+        let stats_json = vae_files
+            .config()
+            .and_then(LatentStats::from_diffusers_config);
+        let src = StoreSource::new(&vae_files.store, ComponentId::Vae.prefix());
+        let opts = ctx.load_options(ComponentId::Vae, false)?;
+        let need_encoder = ctx.needs.encoder;
+        let channels = c.in_channels;
+        let mut stats = None;
+        let vae = Runner::load("vae", &src, opts, |wb| -> Result<WanVae> {
+            let mut config = WanVaeConfig::detect(wb)?;
+            if !config.decoder {
+                return Err(Error::Unsupported(
+                    "the VAE file has no decoder weights".into(),
+                ));
+            }
+            config.encoder = need_encoder && config.encoder;
+            config.video = true;
+            let s = match stats_json {
+                Some(s) => s?,
+                None => config.latent_stats.clone().ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "the VAE has a {}-channel latent but no latents_mean/latents_std",
+                        config.z_dim
+                    ))
+                })?,
+            };
+            if s.channels() != config.z_dim || config.z_dim != channels {
+                return Err(Error::Unsupported(format!(
+                    "latent channels disagree: VAE {}, statistics {}, transformer {channels}",
+                    config.z_dim,
+                    s.channels()
+                )));
+            }
+            stats = Some(s);
+            Ok(WanVae::new(wb, config)?)
+        })?;
+        let stats = stats.ok_or_else(|| Error::Unsupported("VAE latent statistics".into()))?;
+        bar.tick();
+        Ok(Self {
+            tokenizer,
+            te,
+            dit,
+            vae: VaeStage::new(vae, LatentNorm::Stats(stats.clone())),
+            stats,
+            schedule: ModelSchedule::Flow {
+                shift: ctx.flow_shift.unwrap_or(FLOW_SHIFT),
+            },
+            prediction: ctx.prediction.unwrap_or(Prediction::Sd3Flow),
+            states: Memo::new(2),
+            batch: None,
+        })
+    }
+
+    /// Sizes must be multiples of this (VAE 8 × patch 2).
+    pub fn size_multiple(&self) -> usize {
+        let p = self.dit.model.config().patch;
+        self.vae.scale_factor() * p[1].max(p[2])
+    }
+
+    /// The prompt's umT5 states [text_dim, 512·chunks]: tokens and `</s>` padded per chunk,
+    /// the padding masked in attention and zeroed, emphasis weights applied.
+    pub fn encode_prompt(&self, prompt: &str) -> Result<HostTensor> {
+        self.states.get_or_try(prompt, || -> Result<HostTensor> {
+            let chunks = t5_weighted_chunks(&self.tokenizer, prompt, TEXT_LEN)?;
+            let mut states = encode_t5_chunks(&self.te, &chunks, true)?;
+            let d = states.ne[0];
+            for (i, c) in chunks.iter().enumerate() {
+                let start = (i * TEXT_LEN + c.real) * d;
+                let end = (i + 1) * TEXT_LEN * d;
+                states.data[start..end].iter_mut().for_each(|v| *v = 0.0);
+            }
+            Ok(states)
+        })
+    }
+
+    /// The transformer's velocity for latent `x` [W, H, T, C] at `sigma`.
+    fn velocity(
+        &self,
+        x: &[f32],
+        lat: [usize; 4],
+        text: &HostTensor,
+        sigma: f32,
+    ) -> Result<Vec<f32>> {
+        let model = &self.dit.model;
+        let v = self.dit.runner.compute_one(|g| {
+            let inputs = WanInputs {
+                latent: g.input_f32("wan.latent", lat, x.to_vec()),
+                text: g.input_f32("wan.text", text.ne, text.data.clone()),
+                image: None,
+                timestep: sigma * 1000.0,
+            };
+            model.forward(g, &inputs)
+        })?;
+        Ok(v.data)
+    }
+
+    /// Samples the video latent [W, H, T·C] (channel-major, as torch's (C, T, H, W)).
+    fn sample(&self, req: PassRequest<'_>, frames: usize) -> Result<HostTensor> {
+        crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
+        let t0 = Instant::now();
+        let cond = self.encode_prompt(req.prompt)?;
+        let uncond = if req.guidance.needs_uncond() {
+            Some(self.encode_prompt(req.negative_prompt)?)
+        } else {
+            None
+        };
+        let condition_secs = t0.elapsed().as_secs_f64();
+        let f = self.vae.scale_factor();
+        let c = self.dit.model.config().in_channels;
+        let (lw, lh) = (req.width / f, req.height / f);
+        let t1 = Instant::now();
+        let model = WanModel {
+            pipe: self,
+            cond: &cond,
+            uncond: uncond.as_ref(),
+            lat: [lw, lh, frames, c],
+        };
+        let stage = PassStage {
+            vae: &self.vae,
+            preview_vae: None,
+            prediction: self.prediction,
+            schedule: &self.schedule,
+            family: "Wan",
+        };
+        let mut req = req;
+        if frames > 1 && req.preview.take().is_some() {
+            log::warn!("Wan: --preview does not show video latents; no previews");
+        }
+        let (latent, steps) = denoise_pass(req, model, &stage, (lw, lh, frames * c))?;
+        log::debug!(
+            "wan: condition {condition_secs:.2}s, sampling {:.2}s ({steps} steps)",
+            t1.elapsed().as_secs_f64()
+        );
+        Ok(latent)
+    }
+
+    /// Frames [W, H, 3, F] in [0, 1] of a sampler latent [w, h, T·C].
+    fn decode_video(&self, x: &HostTensor, frames: usize) -> Result<HostTensor> {
+        let t = Instant::now();
+        let [w, h, tc, _] = x.ne;
+        let c = tc / frames;
+        let (mean, std) = (self.stats.mean(), self.stats.std());
+        let mut z = x.data.clone();
+        for ch in 0..c {
+            let plane = frames * w * h;
+            for v in &mut z[ch * plane..(ch + 1) * plane] {
+                *v = *v * std[ch] + mean[ch];
+            }
+        }
+        let z = HostTensor {
+            ne: [w, h, frames, c],
+            data: z,
+        };
+        let out = self.vae.decode_video(&z)?;
+        // [W, H, F, 3] in [-1, 1] → [W, H, 3, F] in [0, 1].
+        let [ow, oh, of, oc] = out.ne;
+        let mut data = vec![0f32; out.data.len()];
+        for fr in 0..of {
+            for ch in 0..oc {
+                let src = &out.data[(ch * of + fr) * ow * oh..(ch * of + fr + 1) * ow * oh];
+                let dst = &mut data[(fr * oc + ch) * ow * oh..(fr * oc + ch + 1) * ow * oh];
+                for (d, s) in dst.iter_mut().zip(src) {
+                    *d = (s * 0.5 + 0.5).clamp(0.0, 1.0);
+                }
+            }
+        }
+        log::debug!("wan: decode {:.2}s", t.elapsed().as_secs_f64());
+        Ok(HostTensor {
+            ne: [ow, oh, oc, of],
+            data,
+        })
+    }
+}
+
+/// The transformer as the guided denoiser's model.
+struct WanModel<'a> {
+    pipe: &'a WanPipeline,
+    cond: &'a HostTensor,
+    uncond: Option<&'a HostTensor>,
+    lat: [usize; 4],
+}
+
+impl GuidedModel for WanModel<'_> {
+    fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
+        Predictions::one_call_each(&call, self.cond, self.uncond, |text, _| {
+            self.pipe
+                .velocity(call.x, self.lat, text, call.sigma)
+                .map_err(|e| format!("{e:#}"))
+        })
+    }
+}
+
+impl Generator for WanPipeline {
+    fn size_rule(&self) -> SizeRule {
+        SizeRule {
+            multiple: self.size_multiple() as u32,
+            round_up: true,
+            refs_set_size: false,
+        }
+    }
+
+    fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
+        if !batch.refs.is_empty() {
+            return Err(Error::Unsupported(
+                "Wan text-to-video takes no reference images (-r)".into(),
+            ));
+        }
+        let frames = latent_frames(batch.video_frames.unwrap_or(1));
+        if batch
+            .video_frames
+            .is_some_and(|f| video_frames(frames) != f)
+        {
+            log::warn!(
+                "Wan makes 4k + 1 frames: {} requested, {} generated",
+                batch.video_frames.unwrap_or(1),
+                video_frames(frames)
+            );
+        }
+        if frames > 1 && (batch.init.is_some() || batch.mask.is_some() || batch.hires) {
+            return Err(Error::Unsupported(
+                "--init-img, --mask and --hires are not supported for Wan videos yet".into(),
+            ));
+        }
+        let base = Prepared::encode(&self.vae, batch, "Wan")?;
+        self.batch = Some(Prepared {
+            width: base.width,
+            height: base.height,
+            init: base.init,
+            mask: base.mask,
+            extra: frames,
+        });
+        Ok(())
+    }
+
+    fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
+        let batch = Prepared::get(&self.batch)?;
+        let frames = batch.extra;
+        let tiling = job.tiling;
+        let x = crate::pipeline::passes::sample_passes(job, batch, &self.vae, |req| {
+            self.sample(req, frames)
+        })?;
+        if frames == 1 {
+            return self.vae.decode(&x, tiling);
+        }
+        self.decode_video(&x, frames)
+    }
+}

@@ -1,0 +1,172 @@
+//! Wan 2.1 text-to-video against diffusers on tiny random-weight models
+//! (tests/reference/wan_pipeline_fixtures.py): the umT5 states of a prompt and of the empty
+//! negative prompt (512 tokens, padding masked and zeroed), and a whole `sd-cli -M vid_gen` run
+//! (9 frames, CFG 5) against WanPipeline's loop with diffusers' transformer and VAE on sd-cli's
+//! sigmas, written as a lossless PNG sequence; the same run as `.avi` and `.webp` files.
+//!
+//! Tolerances: text states 1e-4 × scale; frames ≥ 55 dB PSNR over all frames (8-bit).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use sd_cli::image_io::read_png;
+use sd_cli::models::te::t5::{self, T5Config, T5Encoder, T5Source};
+use sd_cli::pipeline::text::t5_weighted_chunks;
+use sd_cli::runner::{RunOptions, Runner, WeightLoader};
+use sd_cli::tokenizers::load_t5_tokenizer;
+use sd_cli::weights::TensorStore;
+
+const FIX: &str = "wan";
+const PROMPT: &str = "A lovely cat walking on the grass.";
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn tokenizer_path() -> std::path::PathBuf {
+    fixture_path("../../../shared/tokenizers/t5-v1_1.tokenizer.json")
+}
+
+#[test]
+fn umt5_states_match_the_wan_pipeline() {
+    let dir = fixture_path(FIX);
+    let r = open_fixture(&format!("{FIX}/reference.safetensors"));
+    let store = TensorStore::open(&dir.join("text_encoder/model.safetensors")).unwrap();
+    let source = T5Source::new(&store, "");
+    let loader = WeightLoader::new(&source, None);
+    let model = T5Encoder::new(
+        &loader.root(""),
+        T5Config::detect(&loader.root("")).unwrap(),
+    )
+    .unwrap();
+    assert!(model.is_umt5(), "per-block position tables");
+    let backend = cpu();
+    let weights = loader.finish(&backend, "umt5").unwrap();
+    let runner = Runner::new("umt5", backend, Some(weights), RunOptions::default());
+    let tok = load_t5_tokenizer(&tokenizer_path()).unwrap();
+    for (case, text) in [("prompt_states", PROMPT), ("negative_states", "")] {
+        let chunks = t5_weighted_chunks(&tok, text, 512).unwrap();
+        assert_eq!(chunks.len(), 1);
+        let c = &chunks[0];
+        let mut h = t5::encode(&runner, &model, &c.ids, c.real).unwrap();
+        let d = h.ne[0];
+        h.data[c.real * d..].iter_mut().for_each(|v| *v = 0.0);
+        assert_close(case, &h, &tensor(&r, case), 1e-4);
+    }
+}
+
+fn run(out: &str, extra: &[&str], tmp: &Path) -> std::process::Output {
+    let dir = fixture_path(FIX);
+    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "vid_gen"])
+        .args([
+            "--diffusion-model",
+            s(&dir.join("transformer/diffusion_pytorch_model.safetensors")),
+        ])
+        .args(["--t5xxl", s(&dir.join("text_encoder/model.safetensors"))])
+        .args(["--t5xxl-tokenizer", s(&tokenizer_path())])
+        .args([
+            "--vae",
+            s(&dir.join("vae/diffusion_pytorch_model.safetensors")),
+        ])
+        .args(["-p", PROMPT, "--steps", "4", "--cfg-scale", "5"])
+        .args(["-W", "64", "-H", "48", "--video-frames", "9", "--fps", "8"])
+        .args(["-s", "42", "--rng", "cpu", "-t", "2"])
+        .args(extra)
+        .args(["-o", s(&tmp.join(out))])
+        .output()
+        .unwrap()
+}
+
+/// The reference frames [F, 3, H, W] as 8-bit RGB per frame.
+fn reference_frames() -> Vec<Vec<u8>> {
+    let r = open_fixture(&format!("{FIX}/reference.safetensors"));
+    let v = tensor(&r, "video_cfg");
+    let [w, h, c, f] = v.ne;
+    (0..f)
+        .map(|i| {
+            let one = sd_cli::tensor::HostTensor {
+                ne: [w, h, c, 1],
+                data: v.data[i * w * h * c..(i + 1) * w * h * c].to_vec(),
+            };
+            image_bytes(&one)
+        })
+        .collect()
+}
+
+#[test]
+fn video_matches_the_wan_pipeline_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = run("frame_%02d.png", &[], tmp.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = reference_frames();
+    assert_eq!(want.len(), 9);
+    let mut got_all = Vec::new();
+    let mut want_all = Vec::new();
+    for (i, w) in want.iter().enumerate() {
+        let img = read_png(&tmp.path().join(format!("frame_{i:02}.png"))).unwrap();
+        assert_eq!((img.width, img.height), (64, 48));
+        got_all.extend_from_slice(&img.data);
+        want_all.extend_from_slice(w);
+    }
+    let p = psnr(&got_all, &want_all);
+    eprintln!("Wan 9 frames vs diffusers: PSNR {p:.1} dB");
+    assert!(p >= 55.0, "video: PSNR {p:.1} dB");
+}
+
+#[test]
+fn video_containers_hold_the_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    // An image extension becomes .avi, as upstream.
+    let o = run("clip.png", &[], tmp.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let avi = std::fs::read(tmp.path().join("clip.avi")).unwrap();
+    assert_eq!(&avi[..4], b"RIFF");
+    assert_eq!(&avi[8..12], b"AVI ");
+    let o = run("clip.webp", &[], tmp.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    use image::AnimationDecoder;
+    let file = std::io::BufReader::new(std::fs::File::open(tmp.path().join("clip.webp")).unwrap());
+    let frames = image::codecs::webp::WebPDecoder::new(file)
+        .unwrap()
+        .into_frames()
+        .collect_frames()
+        .unwrap();
+    let want = reference_frames();
+    assert_eq!(frames.len(), want.len());
+    let got: Vec<u8> = frames
+        .iter()
+        .flat_map(|f| {
+            image::DynamicImage::ImageRgba8(f.buffer().clone())
+                .to_rgb8()
+                .into_raw()
+        })
+        .collect();
+    let p = psnr(&got, &want.concat());
+    eprintln!("Wan .webp vs diffusers: PSNR {p:.1} dB");
+    assert!(p >= 55.0, "webp: PSNR {p:.1} dB");
+}
+
+/// Image families refuse `-M vid_gen` with a message naming the family.
+#[test]
+fn image_families_refuse_video() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = fixture_path("qwen_image_v1");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "vid_gen", "--video-frames", "5"])
+        .args(["--diffusion-model", s(&q.join("qwen_image.safetensors"))])
+        .args(["--llm", s(&q.join("text_encoder/model.safetensors"))])
+        .args([
+            "--vae",
+            s(&fixture_path("wan_vae").join("a/diffusion_pytorch_model.safetensors")),
+        ])
+        .args(["-p", "x", "-o", s(&tmp.path().join("x.avi"))])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not video"), "{err}");
+}
