@@ -1,11 +1,17 @@
 //! One PixArt-Σ XL transformer step at 512×512 with CFG (batch 2), ours vs diffusers fp32 on
 //! the CPU in the same run, at f32/bf16/f16/q8_0 weights, with peak RSS.
 //!
-//! `cargo bench --bench pixart_step [-- --threads N --dir /tmp/pixart_xl]`. The reference
-//! script `benches/pixart_step.py` writes the random real-size weights (2.4 GB, diffusers
-//! layout) the first time and times diffusers; each of our variants runs in a child process
-//! so its peak RSS is its own. `+ggml` variants run ggml's own CPU kernels instead of the
-//! blocked ones (`ggml::gemm`), for comparison.
+//! `cargo bench --bench pixart_step [-- --threads N --dir /tmp/pixart_xl --classes LIST]`. The
+//! reference script `benches/pixart_step.py` writes the random real-size weights (2.4 GB,
+//! diffusers layout) the first time and times diffusers; each of our variants runs in a child
+//! process so its peak RSS is its own. `+ggml` variants run ggml's own CPU kernels instead of
+//! the blocked ones (`ggml::gemm`), for comparison.
+//!
+//! CPU classes: the machine's own (`native`), then every lesser class it can imitate
+//! (`avx512bf16`, `avx512`, `avx2`; `--classes native,avx512` picks): ours under
+//! `SD_CLI_CPU=<class>`, PyTorch capped alike (`ATEN_CPU_CAPABILITY`, `MKL_ENABLE_INSTRUCTIONS`,
+//! `DNNL_MAX_CPU_ISA`). ggml's own kernels are compiled for the build machine and are not capped,
+//! so the `avx2` class measures our fallback onto them, not an AVX2 build of ggml.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,11 +81,54 @@ fn main() {
         run_variant(&dir, &ty, threads);
         return;
     }
+    let classes: Vec<String> = match arg("--classes") {
+        Some(list) => list.split(',').map(str::to_string).collect(),
+        None => reachable_classes(),
+    };
+    println!("CPU: {}", sd_cli::cpu_info::cpu_line(threads));
+    for class in &classes {
+        println!("-- class {class}");
+        run_class(&dir, class, threads);
+    }
+}
+
+/// `native` and the lesser classes this CPU can imitate.
+fn reachable_classes() -> Vec<String> {
+    let f = sd_cli::cpu_info::cpu_features();
+    let mut out = vec!["native".to_string()];
+    if f.contains(&"AVX-512 BF16") {
+        out.push("avx512".into());
+    }
+    if f.contains(&"AVX-512F") && f.contains(&"AVX2") {
+        out.push("avx2".into());
+    }
+    out
+}
+
+/// PyTorch's environment for a class (the same instruction sets as ours).
+fn torch_env(class: &str) -> Vec<(&'static str, &'static str)> {
+    match class {
+        "avx2" => vec![
+            ("ATEN_CPU_CAPABILITY", "avx2"),
+            ("MKL_ENABLE_INSTRUCTIONS", "AVX2"),
+            ("DNNL_MAX_CPU_ISA", "AVX2"),
+        ],
+        "avx512" => vec![
+            ("ATEN_CPU_CAPABILITY", "avx512"),
+            ("MKL_ENABLE_INSTRUCTIONS", "AVX512"),
+            ("DNNL_MAX_CPU_ISA", "AVX512_CORE_VNNI"),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+fn run_class(dir: &Path, class: &str, threads: usize) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pixart_step.py");
     let py = Command::new("python3")
         .arg(&script)
-        .arg(&dir)
+        .arg(dir)
         .arg(threads.to_string())
+        .envs(torch_env(class))
         .output()
         .expect("python3");
     let py_out = String::from_utf8_lossy(&py.stdout).to_string();
@@ -95,19 +144,25 @@ fn main() {
         }
     }
     let me = std::env::current_exe().expect("exe");
-    for ty in [
-        "f32",
-        "bf16",
-        "f16",
-        "q8_0",
-        "f32+ggml",
-        "bf16+ggml",
-        "f16+ggml",
-        "q8_0+ggml",
-    ] {
+    let variants: &[&str] = if class == "native" {
+        &[
+            "f32",
+            "bf16",
+            "f16",
+            "q8_0",
+            "f32+ggml",
+            "bf16+ggml",
+            "f16+ggml",
+            "q8_0+ggml",
+        ]
+    } else {
+        &["f32", "bf16", "q8_0"]
+    };
+    for ty in variants {
         let o = Command::new(&me)
             .args(["--variant", ty, "--threads", &threads.to_string(), "--dir"])
-            .arg(&dir)
+            .arg(dir)
+            .env("SD_CLI_CPU", class)
             .output()
             .expect("child");
         let text = String::from_utf8_lossy(&o.stdout).to_string();

@@ -1,5 +1,88 @@
 //! What this CPU offers the kernels: one line for `-v` and `--list-devices`, so figures from
-//! different machines can be told apart (and a slow run explained).
+//! different machines can be told apart (and a slow run explained), and the run-time cap
+//! `SD_CLI_CPU=avx2|avx512|avx512bf16|native` that makes our kernel selection behave as on a
+//! lesser CPU (ggml's own kernels are compiled for this machine and are not capped).
+
+use std::sync::OnceLock;
+
+/// The most the blocked kernels may use (`SD_CLI_CPU`), ordered from least to most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CpuCap {
+    /// No AVX-512: ggml's kernels only (desktops without AVX-512).
+    Avx2,
+    /// AVX-512F/BW/VNNI but no BF16 (Ice Lake / Sapphire Rapids without AMX class): bf16
+    /// weights widened to f32.
+    Avx512,
+    /// AVX-512 with BF16 (Zen 4, Cooper Lake).
+    Avx512Bf16,
+    /// Whatever the CPU has.
+    Native,
+}
+
+impl CpuCap {
+    /// Parses an `SD_CLI_CPU` value.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "avx2" => Some(Self::Avx2),
+            "avx512" => Some(Self::Avx512),
+            "avx512bf16" => Some(Self::Avx512Bf16),
+            "native" | "" => Some(Self::Native),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Avx2 => "avx2",
+            Self::Avx512 => "avx512",
+            Self::Avx512Bf16 => "avx512bf16",
+            Self::Native => "native",
+        }
+    }
+}
+
+/// The cap of this process (`SD_CLI_CPU`, read once; an unknown value warns and means native).
+pub fn cpu_cap() -> CpuCap {
+    static CAP: OnceLock<CpuCap> = OnceLock::new();
+    *CAP.get_or_init(|| {
+        let Ok(v) = std::env::var("SD_CLI_CPU") else {
+            return CpuCap::Native;
+        };
+        CpuCap::parse(&v).unwrap_or_else(|| {
+            log::warn!("SD_CLI_CPU={v:?} is not avx2, avx512, avx512bf16 or native; ignored");
+            CpuCap::Native
+        })
+    })
+}
+
+/// Whether the blocked kernels may use x86 feature `feature` ("avx512f", "avx512bw",
+/// "avx512vnni", "avx512bf16"): the CPU has it and the cap allows it.
+pub fn kernel_may_use(feature: &str) -> bool {
+    let need = match feature {
+        "avx512bf16" => CpuCap::Avx512Bf16,
+        f if f.starts_with("avx512") => CpuCap::Avx512,
+        _ => CpuCap::Avx2,
+    };
+    cpu_cap() >= need && detected(feature)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detected(feature: &str) -> bool {
+    match feature {
+        "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+        "fma" => std::arch::is_x86_feature_detected!("fma"),
+        "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+        "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
+        "avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
+        "avx512bf16" => std::arch::is_x86_feature_detected!("avx512bf16"),
+        _ => false,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detected(_feature: &str) -> bool {
+    false
+}
 
 /// The CPU's model name (Linux `/proc/cpuinfo`), or "unknown CPU".
 pub fn cpu_model() -> String {
@@ -48,13 +131,19 @@ pub fn cpu_features() -> Vec<&'static str> {
 /// "<model>: AVX2 FMA ... (which kernels run, N threads)".
 pub fn cpu_line(threads: usize) -> String {
     let features = cpu_features();
-    let kernels = if features.contains(&"AVX-512F") {
+    let kernels = if !kernel_may_use("avx512f") {
+        "ggml's kernels"
+    } else if kernel_may_use("avx512bf16") {
         "blocked AVX-512 kernels"
     } else {
-        "ggml's kernels"
+        "blocked AVX-512 kernels, bf16 weights widened to f32"
+    };
+    let cap = match cpu_cap() {
+        CpuCap::Native => String::new(),
+        c => format!(", capped by SD_CLI_CPU={}", c.name()),
     };
     format!(
-        "{}: {} ({kernels}, {threads} threads)",
+        "{}: {} ({kernels}{cap}, {threads} threads)",
         cpu_model(),
         if features.is_empty() {
             "no SIMD extensions detected".to_string()
@@ -67,6 +156,15 @@ pub fn cpu_line(threads: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caps_parse_and_order() {
+        assert_eq!(CpuCap::parse("AVX512"), Some(CpuCap::Avx512));
+        assert_eq!(CpuCap::parse("avx512bf16"), Some(CpuCap::Avx512Bf16));
+        assert_eq!(CpuCap::parse("native"), Some(CpuCap::Native));
+        assert_eq!(CpuCap::parse("sse2"), None);
+        assert!(CpuCap::Avx2 < CpuCap::Avx512 && CpuCap::Avx512 < CpuCap::Native);
+    }
 
     #[test]
     fn the_line_names_the_threads_and_kernels() {

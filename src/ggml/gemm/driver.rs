@@ -83,9 +83,9 @@ impl Product<'_> {
             return;
         };
         // k-blocks of whole bf16 pairs / q8_0 blocks; q8_0 packs 1.25 bytes per weight.
-        let (kc_max, unit) = match self.w.kind() {
-            WeightKind::Bf16 => (2 * DEPTH_MAX, 2),
-            WeightKind::Q8_0 => (2 * DEPTH_MAX, q8::QK),
+        let (kc_max, unit) = match self.w {
+            Weights::Bf16(_) => (2 * DEPTH_MAX, 2),
+            Weights::Q8_0(_) => (2 * DEPTH_MAX, q8::QK),
             _ => (DEPTH_MAX, 2),
         };
         let blocks = self.k.div_ceil(kc_max);
@@ -125,12 +125,9 @@ impl Product<'_> {
             k: self.k,
         };
         // Elements per strip and per panel in the packed buffers.
-        let depth = match self.w.kind() {
-            WeightKind::Bf16 => kc.div_ceil(2),
-            _ => kc,
-        };
+        let depth = if self.w.pairs() { kc.div_ceil(2) } else { kc };
         // bf16 products read the activations as rounded k-pairs; f32 ones read them in place.
-        if self.w.kind() == WeightKind::Bf16 {
+        if self.w.pairs() {
             pack::rows_bf16(&x, rows.clone(), k0, kc, s.x.u32s(rows.len() * depth));
         }
         for f in feats.clone().step_by(FC) {
@@ -150,6 +147,13 @@ impl Product<'_> {
                     Weights::Bf16(data) => {
                         pack::panels_bf16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.u32s(len))
                     }
+                    Weights::Bf16Wide(data) => pack::panels_bf16_wide(
+                        &Rows { data, k },
+                        chunk.clone(),
+                        k0,
+                        kc,
+                        s.w.f32s(len),
+                    ),
                     // Its own k-blocks: `k_block_q8`.
                     Weights::Q8_0(_) => return,
                 }
@@ -175,8 +179,8 @@ impl Product<'_> {
                     // kernel's instructions; the strip's rows and the panel hold `depth`
                     // elements each; the tile lies inside this thread's part of the output.
                     unsafe {
-                        match self.w.kind() {
-                            WeightKind::Bf16 => super::kernels::tile_bf16(
+                        match self.w {
+                            Weights::Bf16(_) => super::kernels::tile_bf16(
                                 depth,
                                 s.x.u32s_ro((r0 - rows.start) * depth),
                                 depth,
@@ -281,7 +285,10 @@ unsafe fn weights_of(w: &sys::ggml_tensor) -> Option<(Weights<'_>, usize, usize)
         match kind {
             WeightKind::F32 => Weights::F32(std::slice::from_raw_parts(w.data.cast(), k * m)),
             WeightKind::F16 => Weights::F16(std::slice::from_raw_parts(w.data.cast(), k * m)),
-            WeightKind::Bf16 => Weights::Bf16(std::slice::from_raw_parts(w.data.cast(), k * m)),
+            WeightKind::Bf16 if super::bf16_native() => {
+                Weights::Bf16(std::slice::from_raw_parts(w.data.cast(), k * m))
+            }
+            WeightKind::Bf16 => Weights::Bf16Wide(std::slice::from_raw_parts(w.data.cast(), k * m)),
             WeightKind::Q8_0 => {
                 let bytes = m * (k / q8::QK) * 34;
                 Weights::Q8_0(std::slice::from_raw_parts(w.data.cast(), bytes))
@@ -327,8 +334,10 @@ enum Weights<'a> {
     F32(&'a [f32]),
     /// f16 bits.
     F16(&'a [u16]),
-    /// bf16 bits.
+    /// bf16 bits, multiplied as bf16 pairs.
     Bf16(&'a [u16]),
+    /// bf16 bits, widened to f32 while packing (CPUs without AVX-512 BF16).
+    Bf16Wide(&'a [u16]),
     /// q8_0 rows as ggml stores them (blocks of an f16 scale and 32 bytes).
     Q8_0(&'a [u8]),
 }
@@ -338,9 +347,14 @@ impl Weights<'_> {
         match self {
             Self::F32(_) => WeightKind::F32,
             Self::F16(_) => WeightKind::F16,
-            Self::Bf16(_) => WeightKind::Bf16,
+            Self::Bf16(_) | Self::Bf16Wide(_) => WeightKind::Bf16,
             Self::Q8_0(_) => WeightKind::Q8_0,
         }
+    }
+
+    /// Whether products read the weight (and rounded activations) as bf16 k-pairs.
+    fn pairs(&self) -> bool {
+        matches!(self, Self::Bf16(_))
     }
 }
 

@@ -77,25 +77,24 @@ impl WeightKind {
         }
     }
 
-    /// Whether this CPU has the instructions the kernel for this weight type needs.
+    /// Whether this CPU (under `SD_CLI_CPU`'s cap) has the instructions a kernel for this
+    /// weight type needs. bf16 runs everywhere AVX-512F does: through `vdpbf16ps` where the
+    /// CPU has AVX-512 BF16, else widened to f32 while packing ([`bf16_native`]).
     fn supported(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let f = std::arch::is_x86_feature_detected!("avx512f");
-            match self {
-                Self::F32 | Self::F16 => f,
-                Self::Bf16 => f && std::arch::is_x86_feature_detected!("avx512bf16"),
-                Self::Q8_0 => {
-                    f && std::arch::is_x86_feature_detected!("avx512bw")
-                        && std::arch::is_x86_feature_detected!("avx512vnni")
-                }
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
+        use crate::cpu_info::kernel_may_use;
+        let f = kernel_may_use("avx512f");
+        match self {
+            Self::F32 | Self::F16 | Self::Bf16 => f,
+            Self::Q8_0 => f && kernel_may_use("avx512bw") && kernel_may_use("avx512vnni"),
         }
     }
+}
+
+/// Whether bf16 weights multiply as bf16 pairs (`vdpbf16ps`, activations rounded to bf16) rather
+/// than widened to f32 (exact, at the f32 rate).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn bf16_native() -> bool {
+    crate::cpu_info::kernel_may_use("avx512f") && crate::cpu_info::kernel_may_use("avx512bf16")
 }
 
 /// The blocked custom ops, as a graph node can be one of them.

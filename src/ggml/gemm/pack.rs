@@ -141,6 +141,41 @@ pub(super) unsafe fn panels_f16(
     });
 }
 
+/// Weight rows in bf16 (bits), widened to f32 into panels: exact (a bf16 is the top half of an
+/// f32), so a CPU without bf16 products runs them at the f32 rate.
+///
+/// # Safety
+/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+pub(super) unsafe fn panels_bf16_wide(
+    w: &Rows<'_, u16>,
+    feats: std::ops::Range<usize>,
+    k0: usize,
+    kc: usize,
+    out: &mut [f32],
+) {
+    let widen = |row: usize, from: usize, wide: &mut [f32]| {
+        let bits = w.block(row, k0 + from, kc - from);
+        for (d, &b) in wide[..kc - from].iter_mut().zip(bits) {
+            *d = f32::from_bits(u32::from(b) << 16);
+        }
+    };
+    let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
+        // SAFETY: AVX-512F, this function's own requirement.
+        unsafe {
+            fast.run_staged(as_words_mut(out), kc, |first, staged| {
+                for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
+                    widen(first + i, 0, as_floats_mut(dst));
+                }
+            })
+        }
+    });
+    let mut wide = vec![0f32; kc];
+    for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
+        widen(row, d0, &mut wide);
+        scatter(&wide[..kc - d0], d0, col, panel);
+    });
+}
+
 /// Weight rows in bf16 (bits) into panels of k-pairs.
 ///
 /// # Safety

@@ -135,6 +135,9 @@ fn check(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: us
     } = run(ty, k, m, xne, bias, threads);
     let n: usize = xne.iter().product();
     let xq = (ty == DType::Q8_0).then(|| quantized_activations(&x));
+    // bf16 products round the activations to bf16 only where they run as bf16 pairs; widened
+    // (CPUs without AVX-512 BF16, or `SD_CLI_CPU=avx512`) they stay f32.
+    let pairs = super::bf16_native();
     let mut worst = 0f64;
     for t in 0..n {
         for o in 0..m {
@@ -142,7 +145,7 @@ fn check(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: us
             for i in 0..k {
                 let xv = match (&xq, ty) {
                     (Some(q), _) => q[t * k + i],
-                    (None, DType::BF16) => bf16_value(x[t * k + i]),
+                    (None, DType::BF16) if pairs => bf16_value(x[t * k + i]),
                     _ => x[t * k + i],
                 };
                 let p = xv as f64 * w[o * k + i] as f64;
@@ -161,8 +164,8 @@ fn check(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: us
                 ty.name()
             );
             worst = worst.max(err);
-            if ty != DType::F16 {
-                // ggml rounds f16 products' activations to f16; the others agree closely.
+            if ty != DType::F16 && (ty != DType::BF16 || pairs) {
+                // ggml rounds f16 (and bf16) products' activations; the others agree closely.
                 let theirs = plain[t * m + o] as f64;
                 assert!(
                     (theirs - got).abs() / mag.max(1e-30) < 2e-5,
@@ -230,6 +233,30 @@ fn blocked_products_match_f64_and_mul_mat() {
             }
         }
     });
+}
+
+/// bf16 weights widened while packing give exactly the panels of their f32 values.
+#[test]
+fn widened_bf16_panels_equal_f32_panels() {
+    if !blocked_gemm_available(DType::F32) {
+        eprintln!("no AVX-512F: skipped");
+        return;
+    }
+    use super::pack::{panels_bf16_wide, panels_f32, Rows};
+    let (k, m) = (390, 150);
+    let values = pseudo_random(k * m, 7);
+    let bits: Vec<u16> = values.iter().map(|&v| bf16_bits(v) as u16).collect();
+    let wide: Vec<f32> = values.iter().map(|&v| bf16_value(v)).collect();
+    for (k0, kc) in [(0, 200), (200, 190)] {
+        let len = m.div_ceil(NR) * kc * NR;
+        let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
+        // SAFETY: AVX-512F checked above.
+        unsafe {
+            panels_bf16_wide(&Rows { data: &bits, k }, 0..m, k0, kc, &mut a);
+            panels_f32(&Rows { data: &wide, k }, 0..m, k0, kc, &mut b);
+        }
+        assert_eq!(a, b, "k-block {k0}..{}", k0 + kc);
+    }
 }
 
 #[test]
@@ -468,6 +495,10 @@ fn conv_reference(
 /// kernels, strides, paddings, dilations and sizes that leave partial tiles everywhere.
 #[test]
 fn matrix_convolutions_match_a_direct_convolution() {
+    if !blocked_gemm_available(DType::F32) {
+        eprintln!("this CPU lacks AVX-512F (or SD_CLI_CPU caps it); skipped");
+        return;
+    }
     use super::ConvGeometry;
     let cases: &[([usize; 4], usize, ConvGeometry)] = &[
         ([9, 7, 5, 2], 6, geometry((3, 3), (1, 1), (1, 1), (1, 1))),
@@ -581,6 +612,10 @@ fn erf_series(x: f64) -> f64 {
 
 #[test]
 fn fused_geglu_matches_the_erf_gelu() {
+    if !blocked_gemm_available(DType::F32) {
+        eprintln!("this CPU lacks AVX-512F (or SD_CLI_CPU caps it); skipped");
+        return;
+    }
     let (half, rows) = (45, 7);
     let x: Vec<f32> = pseudo_random(2 * half * rows, 31)
         .iter()
@@ -626,6 +661,10 @@ fn fused_geglu_matches_the_erf_gelu() {
 /// ggml's separate norm, scale, shift and activation ops.
 #[test]
 fn fused_norms_match_ggml_ops() {
+    if !blocked_gemm_available(DType::F32) {
+        eprintln!("this CPU lacks AVX-512F (or SD_CLI_CPU caps it); skipped");
+        return;
+    }
     let backend = Backend::cpu(2).expect("cpu backend");
     let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
     let (w, h, c, n) = (7, 5, 12, 2);
@@ -707,6 +746,10 @@ fn fused_norms_match_ggml_ops() {
 /// onto its layer's output), for every weight type, with and without bias, across k-blocks.
 #[test]
 fn linear_add_adds_its_addend_once() {
+    if !blocked_gemm_available(DType::F32) {
+        eprintln!("this CPU lacks AVX-512F (or SD_CLI_CPU caps it); skipped");
+        return;
+    }
     each_type(|ty| {
         for &(k, m, xne) in shapes(ty) {
             let n: usize = xne.iter().product();
