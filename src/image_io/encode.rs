@@ -83,7 +83,7 @@ fn encode_err(path: &Path, message: String) -> ImageIoError {
 }
 
 /// A JPEG segment: marker, 16-bit length, payload.
-fn segment(marker: u8, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn segment(marker: u8, payload: &[u8]) -> Vec<u8> {
     let mut out = vec![0xff, marker];
     out.extend(((payload.len() + 2) as u16).to_be_bytes());
     out.extend(payload);
@@ -91,7 +91,7 @@ fn segment(marker: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 /// `keyword\0text` as a COM payload, cut to fit one segment (as upstream).
-fn comment(keyword: &str, text: &str) -> Vec<u8> {
+pub(crate) fn comment(keyword: &str, text: &str) -> Vec<u8> {
     let mut payload = keyword.as_bytes().to_vec();
     payload.push(0);
     payload.extend(text.as_bytes());
@@ -99,8 +99,8 @@ fn comment(keyword: &str, text: &str) -> Vec<u8> {
     payload
 }
 
-/// JPEG at [`JPEG_QUALITY`] (alpha dropped), with the metadata segments after SOI / JFIF.
-fn encode_jpeg(image: &Image, text: Option<&(String, String)>) -> Result<Vec<u8>, String> {
+/// A baseline JPEG at [`JPEG_QUALITY`] without metadata; alpha is dropped (JPEG has none).
+pub(crate) fn plain_jpeg(image: &Image) -> Result<Vec<u8>, String> {
     let rgb = image.to_rgb();
     let mut jpeg = Vec::new();
     image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, JPEG_QUALITY)
@@ -111,6 +111,12 @@ fn encode_jpeg(image: &Image, text: Option<&(String, String)>) -> Result<Vec<u8>
             image::ExtendedColorType::Rgb8,
         )
         .map_err(|e| e.to_string())?;
+    Ok(jpeg)
+}
+
+/// JPEG at [`JPEG_QUALITY`] (alpha dropped), with the metadata segments after SOI / JFIF.
+fn encode_jpeg(image: &Image, text: Option<&(String, String)>) -> Result<Vec<u8>, String> {
+    let mut jpeg = plain_jpeg(image)?;
     let Some((a1111, json)) = text else {
         return Ok(jpeg);
     };
@@ -132,7 +138,7 @@ fn encode_jpeg(image: &Image, text: Option<&(String, String)>) -> Result<Vec<u8>
 }
 
 /// Where metadata segments go: after SOI and a JFIF APP0, if there is one.
-fn after_jfif(jpeg: &[u8]) -> Option<usize> {
+pub(crate) fn after_jfif(jpeg: &[u8]) -> Option<usize> {
     if !jpeg.starts_with(&[0xff, 0xd8]) {
         return None;
     }
@@ -143,7 +149,7 @@ fn after_jfif(jpeg: &[u8]) -> Option<usize> {
     Some(2)
 }
 
-fn xml_escape(s: &str) -> String {
+pub(crate) fn xml_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -119,26 +119,14 @@ pub(super) unsafe fn panels_f16(
     kc: usize,
     out: &mut [f32],
 ) {
-    // Columns `from..kc` of a row, widened (`half` converts slices with F16C when present).
-    let widen = |row: usize, from: usize, wide: &mut [f32]| {
-        let halves: &[half::f16] = w.block(row, k0 + from, kc - from).reinterpret_cast();
-        halves.convert_to_f32_slice(&mut wide[..kc - from]);
-    };
-    let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
-        // SAFETY: AVX-512F, this function's own requirement.
-        unsafe {
-            fast.run_staged(as_words_mut(out), kc, |first, staged| {
-                for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
-                    widen(first + i, 0, as_floats_mut(dst));
-                }
-            })
-        }
-    });
-    let mut wide = vec![0f32; kc];
-    for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
-        widen(row, d0, &mut wide);
-        scatter(&wide[..kc - d0], d0, col, panel);
-    });
+    // `half` converts slices with F16C when present.
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        panels_widened(w, feats, k0, kc, out, |bits, wide| {
+            let halves: &[half::f16] = bits.reinterpret_cast();
+            halves.convert_to_f32_slice(wide);
+        })
+    }
 }
 
 /// Weight rows in bf16 (bits), widened to f32 into panels: exact (a bf16 is the top half of an
@@ -153,25 +141,45 @@ pub(super) unsafe fn panels_bf16_wide(
     kc: usize,
     out: &mut [f32],
 ) {
-    let widen = |row: usize, from: usize, wide: &mut [f32]| {
-        let bits = w.block(row, k0 + from, kc - from);
-        for (d, &b) in wide[..kc - from].iter_mut().zip(bits) {
-            *d = f32::from_bits(u32::from(b) << 16);
-        }
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        panels_widened(w, feats, k0, kc, out, |bits, wide| {
+            for (d, &b) in wide.iter_mut().zip(bits) {
+                *d = f32::from_bits(u32::from(b) << 16);
+            }
+        })
+    }
+}
+
+/// 16-bit weight rows widened to f32 by `widen(bits, wide)` (equal lengths) into panels.
+///
+/// # Safety
+/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+unsafe fn panels_widened(
+    w: &Rows<'_, u16>,
+    feats: std::ops::Range<usize>,
+    k0: usize,
+    kc: usize,
+    out: &mut [f32],
+    widen: impl Fn(&[u16], &mut [f32]),
+) {
+    // Columns `from..kc` of a row, widened.
+    let row_from = |row: usize, from: usize, wide: &mut [f32]| {
+        widen(w.block(row, k0 + from, kc - from), &mut wide[..kc - from]);
     };
     let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
         // SAFETY: AVX-512F, this function's own requirement.
         unsafe {
             fast.run_staged(as_words_mut(out), kc, |first, staged| {
                 for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
-                    widen(first + i, 0, as_floats_mut(dst));
+                    row_from(first + i, 0, as_floats_mut(dst));
                 }
             })
         }
     });
     let mut wide = vec![0f32; kc];
     for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
-        widen(row, d0, &mut wide);
+        row_from(row, d0, &mut wide);
         scatter(&wide[..kc - d0], d0, col, panel);
     });
 }

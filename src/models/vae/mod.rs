@@ -11,6 +11,26 @@ use crate::ggml::Tensor;
 use crate::runner::{GraphCtx, Runner, RunnerError};
 use crate::tensor::HostTensor;
 
+/// Refuses a `width × height` image unless both are positive multiples of `f`: each stride-2
+/// level floors odd sizes, so other sizes would silently lose their last pixels.
+pub(crate) fn check_multiple_of(
+    width: usize,
+    height: usize,
+    f: usize,
+    origin: &str,
+) -> Result<(), RunnerError> {
+    if width == 0 || height == 0 || !width.is_multiple_of(f) || !height.is_multiple_of(f) {
+        return Err(RunnerError::BadData {
+            key: "image".into(),
+            origin: origin.into(),
+            reason: format!(
+                "{width}x{height} pixels; the VAE encodes sizes that are multiples of {f}"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// What a pipeline needs of any VAE: its spatial scale, which halves it has, and graph
 /// builders for both directions. Latents here are in the VAE's own space (the family's
 /// scaling or statistics are applied outside).

@@ -365,17 +365,12 @@ impl QwenImage21Vae {
     /// multiples of [`scale_factor`](Self::scale_factor) (the shortcuts fold 2×2 blocks at
     /// every level). Pad or crop before encoding otherwise.
     pub fn check_encode_size(&self, width: usize, height: usize) -> Result<(), RunnerError> {
-        let f = self.scale_factor();
-        if width == 0 || height == 0 || !width.is_multiple_of(f) || !height.is_multiple_of(f) {
-            return Err(RunnerError::BadData {
-                key: "image".into(),
-                origin: "Qwen Image 2.1 VAE encode".into(),
-                reason: format!(
-                    "{width}x{height} pixels; the VAE encodes sizes that are multiples of {f}"
-                ),
-            });
-        }
-        Ok(())
+        super::check_multiple_of(
+            width,
+            height,
+            self.scale_factor(),
+            "Qwen Image 2.1 VAE encode",
+        )
     }
 
     /// Decodes the raw latent z: [w, h, z_dim, N] (already `x · std + mean`) to the raw decoder

@@ -336,17 +336,7 @@ impl WanVae {
     /// multiples of [`scale_factor`](Self::scale_factor). (Each stride-2 level floors odd sizes,
     /// so other sizes would silently lose their last pixels; pad or crop first.)
     pub fn check_encode_size(&self, width: usize, height: usize) -> Result<(), RunnerError> {
-        let f = self.scale_factor();
-        if width == 0 || height == 0 || !width.is_multiple_of(f) || !height.is_multiple_of(f) {
-            return Err(RunnerError::BadData {
-                key: "image".into(),
-                origin: "Wan 2.1 VAE encode".into(),
-                reason: format!(
-                    "{width}x{height} pixels; the VAE encodes sizes that are multiples of {f}"
-                ),
-            });
-        }
-        Ok(())
+        super::check_multiple_of(width, height, self.scale_factor(), "Wan 2.1 VAE encode")
     }
 
     /// Decodes the raw latent z: [w, h, z_dim, N] (already `x · std + mean`) to the image
