@@ -170,3 +170,31 @@ fn image_families_refuse_video() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("not video"), "{err}");
 }
+
+/// `-M img_gen` with a Wan model makes one frame (one latent frame through the VAE's image
+/// path), as WanPipeline with `num_frames=1`.
+#[test]
+fn one_frame_image_matches_the_wan_pipeline_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixture_path(FIX);
+    let out = tmp.path().join("one.png");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args([
+            "--diffusion-model",
+            s(&dir.join("transformer/diffusion_pytorch_model.safetensors")),
+        ])
+        .args(["--t5xxl", s(&dir.join("text_encoder/model.safetensors"))])
+        .args(["--t5xxl-tokenizer", s(&tokenizer_path())])
+        .args(["--vae", s(&dir.join("vae/diffusion_pytorch_model.safetensors"))])
+        .args(["-p", PROMPT, "--steps", "4", "--cfg-scale", "5"])
+        .args(["-W", "64", "-H", "48", "-s", "42", "--rng", "cpu", "-t", "2"])
+        .args(["-o", s(&out)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = open_fixture(&format!("{FIX}/reference.safetensors"));
+    let img = read_png(&out).unwrap();
+    let p = psnr(&img.data, &image_bytes(&tensor(&r, "image_cfg")));
+    eprintln!("Wan one frame (img_gen) vs diffusers: PSNR {p:.1} dB");
+    assert!(p >= 55.0, "one frame: PSNR {p:.1} dB");
+}

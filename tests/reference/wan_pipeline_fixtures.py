@@ -18,6 +18,7 @@ Writes tests/fixtures/wan/:
     `video_cfg`          [F, 3, H, W] in [0, 1]: WanPipeline's loop (its transformer, CFG 5 with an empty negative
                          prompt, latents seed 42 (1, 16, T, h, w)) on sd-cli's `discrete` sigmas with shift 5,
                          4 euler steps, 9 frames of 64x48, decoded by the VAE
+    `image_cfg`          [3, H, W]: the same loop with one latent frame (`-M img_gen`: a single image)
 """
 import os
 import sys
@@ -99,13 +100,9 @@ def states(te, tok, text):
     return out
 
 
-def main():
-    os.makedirs(OUT, exist_ok=True)
-    te, tok = text_encoder(), T5TokenizerFast(tokenizer_file=TOKENIZER)
-    model, ae = transformer(), vae()
-    cond, uncond = states(te, tok, PROMPT), states(te, tok, "")
-    refs = {"prompt_states": cond.contiguous(), "negative_states": uncond.contiguous()}
-    t = (FRAMES - 1) // 4 + 1
+def run(model, ae, cond, uncond, frames):
+    """WanPipeline's loop on sd-cli's sigmas; returns the frames [F, 3, H, W] in [0, 1] and the latent."""
+    t = (frames - 1) // 4 + 1
     x = torch.randn((1, 16, t, H // 8, W // 8), generator=torch.Generator().manual_seed(SEED))
     sigmas = sdcli_sigmas(STEPS, SHIFT) + [0.0]
     for s, s_next in zip(sigmas[:-1], sigmas[1:]):
@@ -118,11 +115,22 @@ def main():
     std = torch.tensor(ae.config.latents_std).view(1, -1, 1, 1, 1)
     with torch.no_grad():
         video = ae.decode(x * std + mean, return_dict=False)[0][0]
-    video = (video / 2 + 0.5).clamp(0, 1).permute(1, 0, 2, 3).contiguous()
-    refs["video_cfg"] = video
-    refs["final_latent"] = x[0].contiguous()
-    print("video", tuple(video.shape), float(video.min()), float(video.max()), "saturated",
-          float(((video <= 0) | (video >= 1)).float().mean()))
+    return (video / 2 + 0.5).clamp(0, 1).permute(1, 0, 2, 3).contiguous(), x
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    te, tok = text_encoder(), T5TokenizerFast(tokenizer_file=TOKENIZER)
+    model, ae = transformer(), vae()
+    cond, uncond = states(te, tok, PROMPT), states(te, tok, "")
+    refs = {"prompt_states": cond.contiguous(), "negative_states": uncond.contiguous()}
+    for name, frames in [("video_cfg", FRAMES), ("image_cfg", 1)]:
+        video, x = run(model, ae, cond, uncond, frames)
+        refs[name] = video if frames > 1 else video[0].contiguous()
+        if frames > 1:
+            refs["final_latent"] = x[0].contiguous()
+        print(name, tuple(video.shape), float(video.min()), float(video.max()), "saturated",
+              float(((video <= 0) | (video >= 1)).float().mean()))
     save_file(refs, f"{OUT}/reference.safetensors")
 
 
