@@ -185,9 +185,14 @@ fn one_frame_image_matches_the_wan_pipeline_loop() {
         ])
         .args(["--t5xxl", s(&dir.join("text_encoder/model.safetensors"))])
         .args(["--t5xxl-tokenizer", s(&tokenizer_path())])
-        .args(["--vae", s(&dir.join("vae/diffusion_pytorch_model.safetensors"))])
+        .args([
+            "--vae",
+            s(&dir.join("vae/diffusion_pytorch_model.safetensors")),
+        ])
         .args(["-p", PROMPT, "--steps", "4", "--cfg-scale", "5"])
-        .args(["-W", "64", "-H", "48", "-s", "42", "--rng", "cpu", "-t", "2"])
+        .args([
+            "-W", "64", "-H", "48", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
         .args(["-o", s(&out)])
         .output()
         .unwrap();
