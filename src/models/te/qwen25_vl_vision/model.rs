@@ -173,28 +173,13 @@ impl Qwen25VlVision {
         grid_w: usize,
     ) -> Result<(), VisionError> {
         let c = &self.config;
-        let patch_dim = c.patch_dim();
-        let bad = || VisionError::PatchCount {
-            got: n_values,
+        crate::models::te::qwen3_vl_vision::check_patch_grid(
+            n_values,
             grid_h,
             grid_w,
-            patch_dim,
-        };
-        if grid_h == 0
-            || grid_w == 0
-            || !grid_h.is_multiple_of(c.merge_size)
-            || !grid_w.is_multiple_of(c.merge_size)
-        {
-            return Err(bad());
-        }
-        let want = grid_h
-            .checked_mul(grid_w)
-            .and_then(|n| n.checked_mul(patch_dim))
-            .ok_or_else(bad)?;
-        if want != n_values {
-            return Err(bad());
-        }
-        Ok(())
+            c.patch_dim(),
+            c.merge_size,
+        )
     }
 
     /// patches: [3·T·P², grid_h·grid_w] in merge-window order (the processor's `pixel_values`

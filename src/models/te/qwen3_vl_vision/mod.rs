@@ -21,7 +21,8 @@ pub use config::{
 };
 pub use error::VisionError;
 pub use model::{
-    encode_image, merge_order_coords, position_taps, Qwen3VlVision, VisionHostOutput, VisionOutput,
+    check_patch_grid, encode_image, merge_order_coords, position_taps, Qwen3VlVision,
+    VisionHostOutput, VisionOutput,
 };
 pub use preprocess::{patchify, smart_resize, VisionPreprocessConfig};
 pub use source::{

@@ -78,6 +78,35 @@ pub struct VisionOutput<'g> {
     pub deepstack: Vec<Tensor<'g>>,
 }
 
+/// Checks that `n_values` patch values of `patch_dim` each form a `grid_h`×`grid_w` grid whose
+/// sides are multiples of `merge` (shared by the Qwen2.5-VL and Qwen3-VL towers).
+pub fn check_patch_grid(
+    n_values: usize,
+    grid_h: usize,
+    grid_w: usize,
+    patch_dim: usize,
+    merge: usize,
+) -> Result<(), VisionError> {
+    let bad = || VisionError::PatchCount {
+        got: n_values,
+        grid_h,
+        grid_w,
+        patch_dim,
+    };
+    if grid_h == 0 || grid_w == 0 || !grid_h.is_multiple_of(merge) || !grid_w.is_multiple_of(merge)
+    {
+        return Err(bad());
+    }
+    let want = grid_h
+        .checked_mul(grid_w)
+        .and_then(|n| n.checked_mul(patch_dim))
+        .ok_or_else(bad)?;
+    if want != n_values {
+        return Err(bad());
+    }
+    Ok(())
+}
+
 /// transformers `Qwen3VLVisionModel` for single images.
 pub struct Qwen3VlVision {
     config: Qwen3VlVisionConfig,
@@ -194,28 +223,7 @@ impl Qwen3VlVision {
         grid_w: usize,
     ) -> Result<(), VisionError> {
         let c = &self.config;
-        let patch_dim = c.patch_dim();
-        let bad = || VisionError::PatchCount {
-            got: n_values,
-            grid_h,
-            grid_w,
-            patch_dim,
-        };
-        if grid_h == 0
-            || grid_w == 0
-            || !grid_h.is_multiple_of(c.merge_size)
-            || !grid_w.is_multiple_of(c.merge_size)
-        {
-            return Err(bad());
-        }
-        let want = grid_h
-            .checked_mul(grid_w)
-            .and_then(|n| n.checked_mul(patch_dim))
-            .ok_or_else(bad)?;
-        if want != n_values {
-            return Err(bad());
-        }
-        Ok(())
+        check_patch_grid(n_values, grid_h, grid_w, c.patch_dim(), c.merge_size)
     }
 
     /// patches: [3·T·P², grid_h·grid_w] in merge-window order (the processor's `pixel_values`
