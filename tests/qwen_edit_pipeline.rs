@@ -214,6 +214,47 @@ fn sd_cli_edit_matches_diffusers_image() {
     }
 }
 
+/// diffusers resizes references to `output_resolution`² pixels (1024² by default) whatever the
+/// output size; sd-cli to the output's area. `--ref-image-args ref_resolution=96` reproduces
+/// `output_resolution=96` on a 64×32 output (the fixture's `outres` run); without it the
+/// reference is smaller and the picture differs.
+#[test]
+fn ref_resolution_reproduces_diffusers_output_resolution() {
+    let reference = open_fixture("qwen_edit_pipeline/reference.safetensors");
+    let want = tensor(&reference, "outres.image");
+    let (w, h, c) = (want.ne[0], want.ne[1], want.ne[2]);
+    let want_u8: Vec<u8> = (0..w * h * c)
+        .map(|i| (want.data[(i % c) * w * h + i / c] * 255.0).round() as u8)
+        .collect();
+    let d = dir();
+    let path = |f: &str| d.join(f).to_str().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+            .args(["--diffusion-model", &path("diffusion_model.safetensors")])
+            .args(["--vae", &path("vae.safetensors")])
+            .args(["--llm", &path("llm.safetensors")])
+            .args(["--llm_vision", &path("llm_vision")])
+            .args(["-r", &path("ref_rgb.png")])
+            .args(["-p", PROMPT, "-n", NEGATIVE, "--cfg-scale", "4"])
+            .args(["--steps", "4", "-W", "64", "-H", "32", "-s", "42"])
+            .args(["--rng", "cpu", "-t", "2", "-o", out.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let img = read_png(&out).unwrap();
+        assert_eq!((img.width as usize, img.height as usize), (w, h));
+        psnr(&img.data, &want_u8)
+    };
+    let with = run("with.png", &["--ref-image-args", "ref_resolution=96"]);
+    let without = run("without.png", &[]);
+    eprintln!("ref_resolution=96 vs diffusers output_resolution=96: PSNR {with:.1} dB (sd-cli's output area: {without:.1} dB)");
+    assert!(with >= 70.0, "PSNR {with:.1} dB");
+    assert!(without < with - 10.0, "the reference area must matter ({without:.1} dB)");
+}
+
 /// Every component as its diffusers folder, as `QwenImage21Pipeline.save_pretrained` lays them
 /// out: `transformer/` (its config.json says patch_size 1), `text_encoder/` (the language model
 /// and the vision tower in one file, with the Qwen3VLConfig), `vae/`, and the tokenizer and

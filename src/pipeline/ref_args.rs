@@ -2,7 +2,10 @@
 //!
 //! Keys that matter for the models here: `resize_before_vae` (resize each reference to the
 //! output's area before encoding; `--disable-auto-resize-ref-image` is its deprecated
-//! spelling) and `vae_input_max_pixels` (cap that area). `pass_to_vlm` / `pass_to_dit` must stay
+//! spelling) and `vae_input_max_pixels` (cap that area); `ref_resolution` (ours, not upstream's)
+//! resizes references to that side's square area whatever the output size, as diffusers'
+//! `output_resolution` does (`ref_resolution=1024` is diffusers' default, where upstream
+//! sd-cli takes the output's area). `pass_to_vlm` / `pass_to_dit` must stay
 //! on for Qwen Image 2.1 (each reference fills vision slots *and* latent slots); the other
 //! upstream keys are accepted and noted as having no effect. As with `--model-args`, an invalid
 //! value or unknown key warns and keeps the previous setting.
@@ -17,6 +20,9 @@ pub struct RefImageArgs {
     pub resize_before_vae: bool,
     /// Cap on a resized reference's pixel count (`None` = the output's area).
     pub vae_input_max_pixels: Option<u64>,
+    /// `ref_resolution=N`: resize references to N² pixels instead of the output's area
+    /// (diffusers' `output_resolution`).
+    pub ref_resolution: Option<u64>,
     pub pass_to_vlm: bool,
     pub pass_to_dit: bool,
     /// `ref_index_mode`: the first rope coordinate of reference images (FLUX Kontext).
@@ -40,6 +46,7 @@ impl Default for RefImageArgs {
         Self {
             resize_before_vae: true,
             vae_input_max_pixels: None,
+            ref_resolution: None,
             pass_to_vlm: true,
             pass_to_dit: true,
             ref_index_mode: RefIndexMode::Fixed,
@@ -92,6 +99,11 @@ impl RefImageArgs {
                         Ok(n) => self.vae_input_max_pixels = Some(n),
                         Err(_) => warnings.push(bad("expected a pixel count")),
                     },
+                    "ref_resolution" => match value.parse::<u64>() {
+                        Ok(0) => self.ref_resolution = None,
+                        Ok(n) if n <= 1 << 16 => self.ref_resolution = Some(n),
+                        _ => warnings.push(bad("expected a side length in pixels, at most 65536")),
+                    },
                     k if NO_EFFECT.contains(&k) => warnings.push(format!(
                         "{ctx}: {key} has no effect on the supported models; ignored"
                     )),
@@ -102,10 +114,11 @@ impl RefImageArgs {
         warnings
     }
 
-    /// The pixel area references are resized to for an output of `output_area` pixels.
+    /// The pixel area references are resized to for an output of `output_area` pixels: the
+    /// output's area (or `ref_resolution`²), capped by `vae_input_max_pixels`.
     pub fn target_area(&self, output_area: u64) -> u64 {
-        self.vae_input_max_pixels
-            .map_or(output_area, |m| m.min(output_area))
+        let area = self.ref_resolution.map_or(output_area, |r| r * r);
+        self.vae_input_max_pixels.map_or(area, |m| m.min(area))
     }
 }
 
@@ -126,5 +139,12 @@ mod tests {
         assert_eq!(w.len(), 4, "{w:?}");
         assert_eq!(a.target_area(96 * 64), 4096);
         assert_eq!(RefImageArgs::default().target_area(96 * 64), 96 * 64);
+        let mut b = RefImageArgs::default();
+        assert!(b.apply(&["ref_resolution=1024".into()]).is_empty());
+        assert_eq!(b.target_area(64 * 64), 1024 * 1024);
+        assert_eq!(b.apply(&["ref_resolution=wide".into()]).len(), 1);
+        assert_eq!(b.ref_resolution, Some(1024));
+        b.apply(&["vae_input_max_pixels=4096".into()]);
+        assert_eq!(b.target_area(64 * 64), 4096);
     }
 }

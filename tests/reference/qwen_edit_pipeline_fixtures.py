@@ -27,6 +27,8 @@ Writes tests/fixtures/qwen_edit_pipeline/:
                            `{r}.cond_pads` image-slot mask, `{r}.ref{i}` normalised reference
                            latents [64, h, w], `{r}.latent` final latent [64, 4, 6],
                            `{r}.image` [4, 64, 96] RGBA in [0, 1]
+                           `outres.image` [4, 32, 64]: ref_rgb.png, a 64x32 output with diffusers'
+                           `output_resolution=96` (the reference resized to 96^2 pixels' area)
 """
 import json
 import math
@@ -53,6 +55,7 @@ OUT = os.path.join(CRATE, "tests", "fixtures", "qwen_edit_pipeline")
 PROMPT = "change 'qwen2.1.cpp' to 'sd.cpp'"
 NEGATIVE = "blurry, low quality"
 SEED, STEPS, CFG, W, H = 42, 4, 4.0, 96, 64
+OUTRES = 96
 MIN_PIXELS, MAX_PIXELS = 1024, 16777216
 
 
@@ -82,8 +85,10 @@ def text_encoder(vocab, tok):
         text_config=dict(
             vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+            # transformers' default sections, which a tiny model keeps unless told otherwise:
+            # they cover more than head_dim/2 = 8 frequencies, the excess unused.
             rope_parameters={"rope_type": "default", "rope_theta": 5e6,
-                             "mrope_section": [4, 2, 2], "mrope_interleaved": True},
+                             "mrope_section": [24, 20, 20], "mrope_interleaved": True},
             max_position_embeddings=4096,
         ),
         vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=32,
@@ -175,6 +180,14 @@ def main():
             start += h * w
         print(run, "cond", tuple(cond.shape), "pads", int(cond_pads.sum()), "image", image.shape,
               "range", float(image.min()), float(image.max()))
+
+    # diffusers' own reference area: `output_resolution` (default 1024) squared whatever the output
+    # size, where sd-cli takes the output's area (`--ref-image-args ref_resolution=N` reproduces it).
+    with torch.no_grad():
+        image = pipe(PROMPT, image=[ref_rgb], negative_prompt=NEGATIVE, true_cfg_scale=CFG, height=32, width=64,
+                     num_inference_steps=STEPS, generator=torch.Generator().manual_seed(SEED),
+                     output_type="np", output_resolution=OUTRES).images[0]
+    out["outres.image"] = torch.from_numpy(np.ascontiguousarray(image)).float().permute(2, 0, 1).contiguous()
 
     os.makedirs(OUT, exist_ok=True)
     save_file({k: v.contiguous() for k, v in dit.state_dict().items()}, f"{OUT}/diffusion_model.safetensors")

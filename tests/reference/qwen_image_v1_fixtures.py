@@ -23,6 +23,8 @@ Writes tests/fixtures/qwen_image_v1/:
                              the Wan VAE tests/fixtures/wan_vae/a
     `image_cfg`              the same transformer, scheduler and VAE in a loop with sd-cli's CFG 4.0
                              (`uncond + 4 (cond - uncond)`, no norm rescale) and the negative prompt
+    `image_img2img`          as `image_cfg` from init.png (64x32) at --strength 0.6: the init latent (posterior
+                             mean, normalised) noised to the first sigma of the schedule's last 3 steps
     `lora_image`             as `image_nocfg` with loras/qwen_image_peft.safetensors (a PEFT LoRA) merged
     `edit_ids`, `edit_states`  the edit template (upstream's Edit Plus one: "Picture 1: <|vision_start|>" + 210
                              image pads + "<|vision_end|>", 64 rows dropped) for ref.png (420x392: the vision copy
@@ -56,6 +58,7 @@ VAE = "tests/fixtures/wan_vae/a"
 PROMPT, NEGATIVE = "A lovely cat, holding a sign.", "blurry"
 WEIGHTED = "A lovely (cat:1.5), holding a sign."
 SEED, W, H, STEPS, CFG = 42, 64, 32, 4, 4.0
+STRENGTH = 0.6
 PREFIX = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
           "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n")
 SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
@@ -122,6 +125,14 @@ def decode(vae, lat, h, w):
     with torch.no_grad():
         img = vae.decode(lat * std + mean, return_dict=False)[0][:, :, 0]
     return (img / 2 + 0.5).clamp(0, 1)[0]
+
+
+def init_image():
+    """A W x H RGB gradient with noise, [H, W, 3] uint8."""
+    g = np.random.default_rng(11)
+    yy, xx = np.mgrid[0:H, 0:W]
+    rgb = np.stack([xx * 4, yy * 7, (xx + 2 * yy) * 3], -1) % 256
+    return np.clip(rgb + g.integers(-15, 15, rgb.shape), 0, 255).astype(np.uint8)
 
 
 def main():
@@ -200,7 +211,31 @@ def main():
                       img_shapes=shapes, return_dict=False)[0]
         x = x + (s_next - s) * (u + CFG * (c - u))
     refs["image_cfg"] = decode(vae, x, H, W).contiguous()
-    for k in ["image_nocfg", "image_cfg"]:
+
+    # img2img under sd-cli's rules: the init image (already W x H, so no resize) encoded to its
+    # posterior mean and normalised, the schedule's tail for --strength (t = floor(s*n) capped at
+    # n - 1, the last t + 1 steps), the start latent sigma*noise + (1 - sigma)*init.
+    init = init_image()
+    from PIL import Image as PilImage
+    PilImage.fromarray(init, "RGB").save(f"{OUT}/init.png")
+    px = torch.from_numpy(init).float().permute(2, 0, 1)[None, :, None] / 255 * 2 - 1
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        z0 = (vae.encode(px).latent_dist.mean - mean) / std
+    full = sdcli_sigmas(STEPS) + [0.0]
+    t_enc = min(int(STRENGTH * STEPS), STEPS - 1)
+    sigmas = full[STEPS - t_enc - 1:]
+    x = pack(sigmas[0] * lat[0, 0] + (1 - sigmas[0]) * z0[0, :, 0])[None]
+    for s, s_next in zip(sigmas[:-1], sigmas[1:]):
+        with torch.no_grad():
+            c = model(hidden_states=x, encoder_hidden_states=emb["prompt"][None], timestep=torch.tensor([s]),
+                      img_shapes=shapes, return_dict=False)[0]
+            u = model(hidden_states=x, encoder_hidden_states=emb["negative"][None], timestep=torch.tensor([s]),
+                      img_shapes=shapes, return_dict=False)[0]
+        x = x + (s_next - s) * (u + CFG * (c - u))
+    refs["image_img2img"] = decode(vae, x, H, W).contiguous()
+    for k in ["image_nocfg", "image_cfg", "image_img2img"]:
         v = refs[k]
         print(k, tuple(v.shape), float(v.min()), float(v.max()), "saturated", float(((v <= 0) | (v >= 1)).float().mean()))
 

@@ -159,7 +159,10 @@ impl QwenImage21Pipeline {
                     config.hidden
                 )));
             }
-            let section = mrope_section(mrope, config.head_dim);
+            // The files' sections as they are (transformers applies them unchanged at any head
+            // size, the excess simply unused), else the released [24, 20, 20] that upstream
+            // always uses and transformers defaults to.
+            let section = mrope.unwrap_or(DEFAULT_MROPE_SECTION);
             Ok(Qwen3TextModel::new(wb, config)?.with_mrope_section(section))
         })?;
         bar.tick();
@@ -544,18 +547,3 @@ impl Generator for QwenImage21Pipeline {
     }
 }
 
-/// The text encoder's mRoPE split of `head_dim / 2` frequencies over (t, h, w): from the
-/// files (GGUF `rope.dimension_sections`, config.json `mrope_section`) when it fits the head
-/// size, else Qwen3-VL's released split [24, 20, 20] scaled to the head size.
-fn mrope_section(from_files: Option<[usize; 3]>, head_dim: usize) -> [usize; 3] {
-    let half = head_dim / 2;
-    if let Some(s) = from_files.filter(|s| s[1] + s[2] <= half) {
-        return s;
-    }
-    let [_, h, w] = DEFAULT_MROPE_SECTION;
-    let total: usize = DEFAULT_MROPE_SECTION.iter().sum();
-    let (h, w) = (half * h / total, half * w / total);
-    let s = [half - h - w, h, w];
-    log::debug!("qwen3: no mRoPE sections in the files; using {s:?} for head size {head_dim}");
-    s
-}
