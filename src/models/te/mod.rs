@@ -1,6 +1,7 @@
 //! Text encoders.
 
 pub mod clip;
+pub mod clip_vision;
 pub mod qwen25_vl_vision;
 pub mod qwen3;
 pub mod qwen3_vl_vision;
