@@ -167,6 +167,22 @@ impl VaeStage {
         }
     }
 
+    /// Encodes frames [W, H, F, C_in] in [−1, 1] to the posterior mean [w, h, T, C] in the
+    /// VAE's space (video VAEs with an encoder only).
+    pub fn encode_video(&self, frames: &HostTensor) -> Result<HostTensor> {
+        if !self.vae.has_encoder() {
+            return Err(Error::Unsupported(
+                "the VAE was loaded without its encoder".into(),
+            ));
+        }
+        match self.vae.encode_video(&self.runner, frames) {
+            Some(r) => Ok(r?),
+            None => Err(Error::Unsupported(
+                "this VAE encodes single images only".into(),
+            )),
+        }
+    }
+
     /// Decodes a sampler latent [w, h, C] to an image in [0, 1], [W, H, C_out].
     pub fn decode(&self, latent: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
         self.decode_vae_latent(&self.norm.to_vae(latent)?, tiling)

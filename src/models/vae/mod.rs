@@ -5,6 +5,7 @@ pub mod autoencoder_kl;
 pub mod qwen_image_2_1_vae;
 pub mod taesd;
 pub mod tiling;
+pub mod wan22_vae;
 pub mod wan_vae;
 
 use crate::ggml::Tensor;
@@ -58,6 +59,16 @@ pub trait Vae {
         &self,
         _runner: &Runner,
         _z: &HostTensor,
+    ) -> Option<Result<HostTensor, RunnerError>> {
+        None
+    }
+    /// Video VAEs: frames [W, H, F, C_in] in [−1, 1] (F = 1 + 4k for the Wan VAEs) → the
+    /// posterior mean [W/f, H/f, T, C] in the VAE's space, chunk by chunk on `runner`. `None`
+    /// for image VAEs.
+    fn encode_video(
+        &self,
+        _runner: &Runner,
+        _x: &HostTensor,
     ) -> Option<Result<HostTensor, RunnerError>> {
         None
     }

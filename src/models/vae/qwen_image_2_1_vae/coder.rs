@@ -6,7 +6,7 @@ use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
 use super::blocks::{ChannelNorm, Conv, MidBlock, ResidualBlock};
 use super::layout::{Names, Part};
 use super::shortcuts::Shortcut;
-use super::QwenImage21VaeConfig;
+use super::{QwenImage21VaeConfig, ORIGIN};
 
 /// One encoder level: resnets, an optional stride-2 downsampler, and the averaging shortcut
 /// from the block input.
@@ -81,7 +81,7 @@ impl Encoder {
                 },
                 factor_s: if down { 2 } else { 1 },
             };
-            shortcut.check_down(&wb.key(&names.down_resnet(i, 0)))?;
+            shortcut.check_down(&wb.key(&names.down_resnet(i, 0)), ORIGIN)?;
             blocks.push(DownBlock {
                 resnets,
                 downsampler,
@@ -187,7 +187,7 @@ impl Decoder {
                     factor_t: if config.temporal_up[i] { 2 } else { 1 },
                     factor_s: 2,
                 };
-                shortcut.check_up(&wb.key(&names.up_resnet(i, 0)))?;
+                shortcut.check_up(&wb.key(&names.up_resnet(i, 0)), ORIGIN)?;
                 Some((conv, shortcut))
             } else {
                 None

@@ -21,7 +21,7 @@ pub(crate) mod blocks;
 mod coder;
 mod latent;
 pub(crate) mod layout;
-mod shortcuts;
+pub(crate) mod shortcuts;
 
 pub use latent::{LatentStats, LATENTS_MEAN, LATENTS_STD};
 pub use layout::QwenVaeLayout;
@@ -70,10 +70,12 @@ pub struct QwenImage21VaeConfig {
     pub latent_stats: Option<LatentStats>,
 }
 
+const ORIGIN: &str = "Qwen Image 2.1 VAE weights";
+
 fn bad_config(key: String, reason: String) -> RunnerError {
     RunnerError::BadData {
         key,
-        origin: "Qwen Image 2.1 VAE weights".into(),
+        origin: ORIGIN.into(),
         reason,
     }
 }
@@ -85,112 +87,7 @@ impl QwenImage21VaeConfig {
             key: wb.key("decoder.conv_in.weight"),
             origin: "VAE weights (no Qwen Image 2.1 VAE encoder or decoder found)".into(),
         })?;
-        let raw = Names {
-            layout,
-            res_blocks: 0,
-        };
-        let conv1 = raw.resnet_leaves().conv1;
-        let has_conv = |path: &str| wb.contains(&format!("{path}.weight"));
-        let encoder = has_conv(&raw.conv_in(Part::Encoder));
-        let decoder = has_conv(&raw.conv_in(Part::Decoder));
-        let count = |f: &dyn Fn(usize) -> String| {
-            (0..MAX_LEVELS)
-                .take_while(|&i| has_conv(&format!("{}.{conv1}", f(i))))
-                .count()
-        };
-        let enc_levels = count(&|i| raw.down_resnet(i, 0));
-        let dec_levels = count(&|i| raw.up_resnet(i, 0));
-        let enc_res = count(&|j| raw.down_resnet(0, j));
-        let dec_res = count(&|j| raw.up_resnet(0, j));
-        let (levels, res_blocks) = match (encoder, decoder) {
-            (true, true) => {
-                if enc_levels != dec_levels || enc_res + 1 != dec_res {
-                    return Err(bad_config(
-                        wb.key("decoder"),
-                        format!(
-                            "encoder has {enc_levels} blocks of {enc_res} resnets but the \
-                             decoder {dec_levels} blocks of {dec_res}"
-                        ),
-                    ));
-                }
-                (enc_levels, enc_res)
-            }
-            (false, true) => (dec_levels, dec_res.saturating_sub(1)),
-            _ => (enc_levels, enc_res),
-        };
-        if levels == 0 || res_blocks == 0 {
-            return Err(bad_config(
-                wb.key(if decoder { "decoder" } else { "encoder" }),
-                "no residual blocks found".into(),
-            ));
-        }
-        let names = Names { layout, res_blocks };
-
-        let shape = |path: String| {
-            conv_shape(&wb.pp(&path)).ok_or_else(|| RunnerError::MissingTensor {
-                key: wb.key(&format!("{path}.weight")),
-                origin: "Qwen Image 2.1 VAE weights (a convolution with its bias)".into(),
-            })
-        };
-        let mut config = Self {
-            layout,
-            in_channels: 4,
-            out_channels: 4,
-            z_dim: 0,
-            encoder_channels: Vec::new(),
-            decoder_channels: Vec::new(),
-            res_blocks,
-            temporal_down: Vec::new(),
-            temporal_up: Vec::new(),
-            encoder,
-            decoder,
-            latent_stats: None,
-        };
-        let time_conv = |path: String| wb.contains(&format!("{path}.time_conv.weight"));
-        let mut down_found = None;
-        let mut up_found = None;
-        if encoder {
-            let (in_ch, width, _) = shape(names.conv_in(Part::Encoder))?;
-            config.in_channels = in_ch;
-            config.encoder_channels.push(width);
-            for i in 0..levels {
-                config
-                    .encoder_channels
-                    .push(shape(format!("{}.{conv1}", names.down_resnet(i, 0)))?.1);
-            }
-            config.z_dim = shape(names.conv_out(Part::Encoder))?.1 / 2;
-            let flags: Vec<bool> = (0..levels)
-                .map(|i| i + 1 < levels && time_conv(names.downsampler(i)))
-                .collect();
-            down_found = flags.iter().any(|&f| f).then_some(flags);
-        }
-        if decoder {
-            let (z, width, _) = shape(names.conv_in(Part::Decoder))?;
-            if encoder && z != config.z_dim {
-                return Err(bad_config(
-                    wb.key(&format!("{}.weight", names.conv_in(Part::Decoder))),
-                    format!(
-                        "decoder takes {z} latent channels, the encoder makes {}",
-                        config.z_dim
-                    ),
-                ));
-            }
-            config.z_dim = z;
-            config.decoder_channels.push(width);
-            for i in 0..levels {
-                config
-                    .decoder_channels
-                    .push(shape(format!("{}.{conv1}", names.up_resnet(i, 0)))?.1);
-            }
-            config.out_channels = shape(names.conv_out(Part::Decoder))?.1;
-            let flags: Vec<bool> = (0..levels)
-                .map(|i| i + 1 < levels && time_conv(names.upsampler(i)))
-                .collect();
-            up_found = flags.iter().any(|&f| f).then_some(flags);
-        }
-        let (down, up) = temporal_flags(levels, down_found, up_found);
-        config.temporal_down = down;
-        config.temporal_up = up;
+        let mut config = detect_shape(wb, layout, ORIGIN, 4)?;
         if config.z_dim == RELEASED_Z_DIM {
             config.latent_stats = Some(LatentStats::released());
         }
@@ -219,6 +116,130 @@ impl QwenImage21VaeConfig {
     }
 }
 
+/// Reads everything of a residual (Wan-2.2-style) VAE's [`QwenImage21VaeConfig`] but its
+/// statistics from the weight names and shapes under `wb` in `layout`: block counts, widths,
+/// channels (`channels` in and out when a part is absent) and temporal flags. `origin` names
+/// the weights in errors. Shared with the Wan 2.2 VAE.
+pub(crate) fn detect_shape(
+    wb: &WeightBuilder<'_, '_>,
+    layout: QwenVaeLayout,
+    origin: &str,
+    channels: usize,
+) -> Result<QwenImage21VaeConfig, RunnerError> {
+    let bad_config = |key: String, reason: String| RunnerError::BadData {
+        key,
+        origin: origin.into(),
+        reason,
+    };
+    let raw = Names {
+        layout,
+        res_blocks: 0,
+    };
+    let conv1 = raw.resnet_leaves().conv1;
+    let has_conv = |path: &str| wb.contains(&format!("{path}.weight"));
+    let encoder = has_conv(&raw.conv_in(Part::Encoder));
+    let decoder = has_conv(&raw.conv_in(Part::Decoder));
+    let count = |f: &dyn Fn(usize) -> String| {
+        (0..MAX_LEVELS)
+            .take_while(|&i| has_conv(&format!("{}.{conv1}", f(i))))
+            .count()
+    };
+    let enc_levels = count(&|i| raw.down_resnet(i, 0));
+    let dec_levels = count(&|i| raw.up_resnet(i, 0));
+    let enc_res = count(&|j| raw.down_resnet(0, j));
+    let dec_res = count(&|j| raw.up_resnet(0, j));
+    let (levels, res_blocks) = match (encoder, decoder) {
+        (true, true) => {
+            if enc_levels != dec_levels || enc_res + 1 != dec_res {
+                return Err(bad_config(
+                    wb.key("decoder"),
+                    format!(
+                        "encoder has {enc_levels} blocks of {enc_res} resnets but the \
+                         decoder {dec_levels} blocks of {dec_res}"
+                    ),
+                ));
+            }
+            (enc_levels, enc_res)
+        }
+        (false, true) => (dec_levels, dec_res.saturating_sub(1)),
+        _ => (enc_levels, enc_res),
+    };
+    if levels == 0 || res_blocks == 0 {
+        return Err(bad_config(
+            wb.key(if decoder { "decoder" } else { "encoder" }),
+            "no residual blocks found".into(),
+        ));
+    }
+    let names = Names { layout, res_blocks };
+
+    let shape = |path: String| {
+        conv_shape(&wb.pp(&path)).ok_or_else(|| RunnerError::MissingTensor {
+            key: wb.key(&format!("{path}.weight")),
+            origin: format!("{origin} (a convolution with its bias)"),
+        })
+    };
+    let mut config = QwenImage21VaeConfig {
+        layout,
+        in_channels: channels,
+        out_channels: channels,
+        z_dim: 0,
+        encoder_channels: Vec::new(),
+        decoder_channels: Vec::new(),
+        res_blocks,
+        temporal_down: Vec::new(),
+        temporal_up: Vec::new(),
+        encoder,
+        decoder,
+        latent_stats: None,
+    };
+    let time_conv = |path: String| wb.contains(&format!("{path}.time_conv.weight"));
+    let mut down_found = None;
+    let mut up_found = None;
+    if encoder {
+        let (in_ch, width, _) = shape(names.conv_in(Part::Encoder))?;
+        config.in_channels = in_ch;
+        config.encoder_channels.push(width);
+        for i in 0..levels {
+            config
+                .encoder_channels
+                .push(shape(format!("{}.{conv1}", names.down_resnet(i, 0)))?.1);
+        }
+        config.z_dim = shape(names.conv_out(Part::Encoder))?.1 / 2;
+        let flags: Vec<bool> = (0..levels)
+            .map(|i| i + 1 < levels && time_conv(names.downsampler(i)))
+            .collect();
+        down_found = flags.iter().any(|&f| f).then_some(flags);
+    }
+    if decoder {
+        let (z, width, _) = shape(names.conv_in(Part::Decoder))?;
+        if encoder && z != config.z_dim {
+            return Err(bad_config(
+                wb.key(&format!("{}.weight", names.conv_in(Part::Decoder))),
+                format!(
+                    "decoder takes {z} latent channels, the encoder makes {}",
+                    config.z_dim
+                ),
+            ));
+        }
+        config.z_dim = z;
+        config.decoder_channels.push(width);
+        for i in 0..levels {
+            config
+                .decoder_channels
+                .push(shape(format!("{}.{conv1}", names.up_resnet(i, 0)))?.1);
+        }
+        config.out_channels = shape(names.conv_out(Part::Decoder))?.1;
+        let flags: Vec<bool> = (0..levels)
+            .map(|i| i + 1 < levels && time_conv(names.upsampler(i)))
+            .collect();
+        up_found = flags.iter().any(|&f| f).then_some(flags);
+    }
+    let (down, up) = temporal_flags(levels, down_found, up_found);
+    config.temporal_down = down;
+    config.temporal_up = up;
+    Ok(config)
+}
+
 /// The layout whose names are present, if either.
 fn detect_layout(wb: &WeightBuilder<'_, '_>) -> Option<QwenVaeLayout> {
     let has = |k: &str| wb.contains(k);
@@ -239,7 +260,7 @@ fn detect_layout(wb: &WeightBuilder<'_, '_>) -> Option<QwenVaeLayout> {
 /// Temporal flags per encoder and decoder block. Each comes from the presence of the block's
 /// `time_conv`; a part without any (weights stripped) mirrors the other part, or falls back to
 /// the released pattern (no temporal folding in the full-resolution encoder block only).
-fn temporal_flags(
+pub(crate) fn temporal_flags(
     levels: usize,
     down: Option<Vec<bool>>,
     up: Option<Vec<bool>>,

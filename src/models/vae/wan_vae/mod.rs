@@ -26,7 +26,7 @@
 mod coder;
 mod detect;
 mod layout;
-mod video;
+pub(crate) mod video;
 
 pub use super::qwen_image_2_1_vae::LatentStats;
 pub use layout::WanVaeLayout;
@@ -373,7 +373,7 @@ impl WanVae {
 
 /// The posterior mean of moments [W, H, 2·z, N]: the first z channels (the log-variance
 /// follows).
-fn posterior_mean<'g>(g: &'g GraphCtx<'g>, moments: Tensor<'g>, z: usize) -> Tensor<'g> {
+pub(crate) fn posterior_mean<'g>(g: &'g GraphCtx<'g>, moments: Tensor<'g>, z: usize) -> Tensor<'g> {
     let [w, h, _, n] = moments.ne();
     let nb = moments.nb();
     g.cont(g.view(moments, [w, h, z, n], [nb[1], nb[2], nb[3]], 0))
@@ -414,5 +414,13 @@ impl crate::models::vae::Vae for WanVae {
         z: &HostTensor,
     ) -> Option<Result<HostTensor, RunnerError>> {
         Some(WanVae::decode_video(self, runner, z))
+    }
+
+    fn encode_video(
+        &self,
+        runner: &Runner,
+        x: &HostTensor,
+    ) -> Option<Result<HostTensor, RunnerError>> {
+        Some(WanVae::encode_video(self, runner, x))
     }
 }

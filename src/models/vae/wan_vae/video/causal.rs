@@ -13,7 +13,7 @@ use crate::models::vae::qwen_image_2_1_vae::blocks::{Conv, F16_CONV_SCALE};
 use crate::runner::GraphCtx;
 
 /// Temporal taps of the causal kernels (all 3 in the Wan 2.1 VAE).
-pub(super) const DEPTH: usize = 3;
+pub(crate) const DEPTH: usize = 3;
 
 /// Frames of history a causal conv carries between chunks.
 const HISTORY: usize = DEPTH - 1;
@@ -69,7 +69,7 @@ fn sum_taps<'g>(
 /// `conv` (a folded [K, K, 3, I·O] kernel) as a causal conv over frames: x [W, H, I, T] →
 /// [W', H', O, T]. History comes from cache entry `key`; the last two input frames (fewer
 /// while the video is shorter) are stored back under it.
-pub(super) fn causal<'g>(g: &'g GraphCtx<'g>, conv: &Conv, x: Tensor<'g>, key: &str) -> Tensor<'g> {
+pub(crate) fn causal<'g>(g: &'g GraphCtx<'g>, conv: &Conv, x: Tensor<'g>, key: &str) -> Tensor<'g> {
     let t = x.ne()[3];
     let (xp, cached) = match g.cache_get(key) {
         Some(prev) => (g.concat(prev, x, 3), prev.ne()[3]),
@@ -90,7 +90,7 @@ pub(super) fn causal<'g>(g: &'g GraphCtx<'g>, conv: &Conv, x: Tensor<'g>, key: &
 
 /// diffusers' `upsample3d` time step on every chunk but the first: a causal conv to twice the
 /// width whose two halves become consecutive frames, [W, H, C, T] → [W, H, C, 2T].
-pub(super) fn double_frames<'g>(
+pub(crate) fn double_frames<'g>(
     g: &'g GraphCtx<'g>,
     conv: &Conv,
     x: Tensor<'g>,
@@ -105,7 +105,7 @@ pub(super) fn double_frames<'g>(
 /// prefixed with the previous chunk's last frame and convolved with stride 2 and no padding,
 /// [W, H, C, T] → [W, H, C, T / 2] (T even, at least 2). Which case applies is whether cache
 /// entry `key` exists, as in diffusers.
-pub(super) fn halve_frames<'g>(
+pub(crate) fn halve_frames<'g>(
     g: &'g GraphCtx<'g>,
     conv: &Conv,
     x: Tensor<'g>,

@@ -14,12 +14,23 @@ use super::ENCODE_CHUNK_FRAMES;
 const ORIGIN: &str = "Wan 2.1 VAE weights (video)";
 
 fn taps(wb: &WeightBuilder<'_, '_>, conv: &Conv, path: &str) -> Result<(), RunnerError> {
+    whole_kernel(wb, conv, path, ORIGIN)
+}
+
+/// Checks that the conv at `path` keeps its whole causal kernel (three temporal taps), which
+/// video needs; `origin` names the weights in the error.
+pub(crate) fn whole_kernel(
+    wb: &WeightBuilder<'_, '_>,
+    conv: &Conv,
+    path: &str,
+    origin: &str,
+) -> Result<(), RunnerError> {
     if conv.frames == DEPTH {
         return Ok(());
     }
     Err(wb.bad_data(
         &format!("{path}.weight"),
-        ORIGIN,
+        origin,
         format!(
             "the kernel has {} temporal taps; video needs the causal 3-D kernels ({DEPTH} taps), \
              so this checkpoint decodes single images only",

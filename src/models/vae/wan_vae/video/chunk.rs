@@ -20,7 +20,12 @@ fn key(part: &str, name: &str) -> String {
 }
 
 /// A resnet with causal convs: the image path's [`ResidualBlock::forward`] over frames.
-fn resnet<'g>(g: &'g GraphCtx<'g>, r: &ResidualBlock, x: Tensor<'g>, key: &str) -> Tensor<'g> {
+pub(crate) fn resnet<'g>(
+    g: &'g GraphCtx<'g>,
+    r: &ResidualBlock,
+    x: Tensor<'g>,
+    key: &str,
+) -> Tensor<'g> {
     let h = causal(
         g,
         &r.conv1,
@@ -42,7 +47,7 @@ fn resnet<'g>(g: &'g GraphCtx<'g>, r: &ResidualBlock, x: Tensor<'g>, key: &str) 
 }
 
 /// resnet → attention (per frame) → resnet.
-fn mid<'g>(g: &'g GraphCtx<'g>, m: &MidBlock, x: Tensor<'g>, key: &str) -> Tensor<'g> {
+pub(crate) fn mid<'g>(g: &'g GraphCtx<'g>, m: &MidBlock, x: Tensor<'g>, key: &str) -> Tensor<'g> {
     let x = resnet(g, &m.resnet_1, x, &format!("{key}.0"));
     let x = m.attention.forward(g, x);
     resnet(g, &m.resnet_2, x, &format!("{key}.1"))

@@ -4,7 +4,7 @@
 use crate::tensor::HostTensor;
 
 /// Frames `start .. start + len` of `clip` as a chunk [W, H, C, len].
-pub(super) fn take_frames(clip: &HostTensor, start: usize, len: usize) -> Vec<f32> {
+pub(crate) fn take_frames(clip: &HostTensor, start: usize, len: usize) -> Vec<f32> {
     let [w, h, f, c] = clip.ne;
     let plane = w * h;
     let mut out = Vec::with_capacity(plane * c * len);
@@ -18,7 +18,7 @@ pub(super) fn take_frames(clip: &HostTensor, start: usize, len: usize) -> Vec<f3
 }
 
 /// Writes `chunk` [W, H, C, n] into frames `start .. start + n` of `clip` [W, H, F, C].
-pub(super) fn put_frames(clip: &mut HostTensor, start: usize, chunk: &HostTensor) {
+pub(crate) fn put_frames(clip: &mut HostTensor, start: usize, chunk: &HostTensor) {
     let [w, h, f, _] = clip.ne;
     let [_, _, c, n] = chunk.ne;
     let plane = w * h;

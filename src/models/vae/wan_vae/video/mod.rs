@@ -14,10 +14,10 @@
 //! A one-frame video follows the image path op for op: [`WanVae::decode_video`] of a one-frame
 //! latent equals [`WanVae::decode`] of it.
 
-mod causal;
-pub(super) mod check;
-mod chunk;
-mod host;
+pub(crate) mod causal;
+pub(crate) mod check;
+pub(crate) mod chunk;
+pub(crate) mod host;
 
 use crate::progress::Progress;
 use crate::runner::{Runner, RunnerError};
@@ -38,24 +38,29 @@ fn bad_input(key: &str, reason: String) -> RunnerError {
     }
 }
 
-/// Runs `f` with the video cache entries cleared before and after (also when it fails).
-fn with_clean_cache<T>(
+/// Runs `f` with the cache entries under `prefix` cleared before and after (also when it
+/// fails).
+pub(crate) fn with_clean_cache<T>(
     runner: &Runner,
+    prefix: &str,
     f: impl FnOnce() -> Result<T, RunnerError>,
 ) -> Result<T, RunnerError> {
-    runner.clear_cache(CACHE_PREFIX);
+    runner.clear_cache(prefix);
     let result = f();
-    runner.clear_cache(CACHE_PREFIX);
+    runner.clear_cache(prefix);
     result
 }
 
 /// A bar for clips of more than one chunk.
-fn progress(label: &str, chunks: usize) -> Option<Progress> {
+pub(crate) fn progress(label: &str, chunks: usize) -> Option<Progress> {
     (chunks > 1).then(|| Progress::new(label, chunks))
 }
 
 /// The one output of a chunk's graph, checked against the shape the host loop expects.
-fn single(mut out: Vec<HostTensor>, want: [usize; 4]) -> Result<HostTensor, RunnerError> {
+pub(crate) fn single(
+    mut out: Vec<HostTensor>,
+    want: [usize; 4],
+) -> Result<HostTensor, RunnerError> {
     match out.pop() {
         Some(t) if out.is_empty() && t.ne == want => Ok(t),
         got => Err(RunnerError::Internal(format!(
@@ -146,7 +151,7 @@ impl WanVae {
         );
         let mut out = HostTensor::zeros([f * w, f * h, self.video_frames(t), out_ch]);
         let mut bar = progress("VAE decode (video)", t);
-        with_clean_cache(runner, || {
+        with_clean_cache(runner, CACHE_PREFIX, || {
             for i in 0..t {
                 let first = i == 0;
                 let data = take_frames(z, i, 1);
@@ -195,7 +200,7 @@ impl WanVae {
         let mut out = HostTensor::zeros([w / f, h / f, latent, z]);
         let chunks = 1 + (frames - 1) / ENCODE_CHUNK_FRAMES;
         let mut bar = progress("VAE encode (video)", chunks);
-        with_clean_cache(runner, || {
+        with_clean_cache(runner, CACHE_PREFIX, || {
             for i in 0..chunks {
                 // Frames [0, 1), then [1 + 4(i − 1), 1 + 4i).
                 let (start, len, n) = match i {
