@@ -226,6 +226,21 @@ impl HiresSettings {
     }
 }
 
+/// Wan 2.2 A14B's high-noise expert (`--high-noise-diffusion-model`): where it hands over to
+/// the low-noise model and how its steps sample (upstream's `--moe-boundary` and
+/// `--high-noise-*` flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HighNoiseSettings {
+    /// `--moe-boundary`: the expert runs the steps whose sigma is at least this.
+    pub boundary: f32,
+    /// `--high-noise-steps` (`None`: from the boundary; `Some(n)`: n more steps, run first).
+    pub steps: Option<usize>,
+    /// `--high-noise-cfg-scale`.
+    pub cfg_scale: f32,
+    /// `--high-noise-sampling-method` (`None`: the main sampler).
+    pub sampler: Option<crate::sampling::SamplerKind>,
+}
+
 /// The validated configuration of one run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -255,6 +270,8 @@ pub struct RunConfig {
     pub strength: f32,
     /// `-M vid_gen`: frames and rate (`None` for images).
     pub video: Option<VideoSettings>,
+    /// The high-noise expert's settings (used only with `--high-noise-diffusion-model`).
+    pub high_noise: HighNoiseSettings,
     pub inputs: InputImages,
     /// `--upscale-repeats`, `--upscale-tile-size` (with `--upscale-model`).
     pub upscale: UpscaleSettings,

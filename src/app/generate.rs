@@ -13,13 +13,13 @@ use crate::pipeline::components::{
     ComponentFiles, ComponentId, ComponentStore, MetaSlot, ModelFlag, Needs,
 };
 use crate::pipeline::family::{
-    BatchInputs, Family, Generator, ImageJob, InputSummary, LoadContext,
+    BatchInputs, Family, Generator, HighNoiseJob, ImageJob, InputSummary, LoadContext,
 };
 use crate::pipeline::hires::{hires_plan, HiresJob, HiresUpscaler};
 use crate::pipeline::preview::PreviewSink;
 use crate::pipeline::registry;
 use crate::runner::BackendPlan;
-use crate::sampling::SamplingPlan;
+use crate::sampling::{Guidance, SamplingPlan};
 
 pub fn run(cfg: &RunConfig) -> Result<()> {
     // Input images first: a bad file fails before gigabytes of weights load.
@@ -31,6 +31,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .map(|p| read_image(p))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let mask = cfg.inputs.mask.as_deref().map(read_image).transpose()?;
+    let end = cfg.inputs.end.as_deref().map(read_image).transpose()?;
     if mask.is_some() && init.is_none() {
         log::warn!(
             "--mask without --init-img: outside the mask the picture is pulled toward an empty \
@@ -48,6 +49,23 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             family.name()
         );
     }
+    if cfg.models.high_noise_diffusion_model.is_some()
+        && !family
+            .components()
+            .iter()
+            .any(|c| c.id == ComponentId::HighNoiseDiffusion)
+    {
+        return Err(Error::Unsupported(format!(
+            "--high-noise-diffusion-model is Wan 2.2 A14B's high-noise expert; {} has none",
+            family.name()
+        )));
+    }
+    if end.is_some() && !family.makes_video() {
+        return Err(Error::Unsupported(format!(
+            "--end-img sets a video's last frame; {} makes images",
+            family.name()
+        )));
+    }
     if cfg.video.is_some() && !family.makes_video() {
         return Err(Error::Unsupported(format!(
             "{} makes images, not video: use -M img_gen (video needs a Wan model)",
@@ -64,7 +82,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .as_ref()
         .is_some_and(|h| !matches!(h.method, HiresMethod::Latent(_)));
     let needs = Needs {
-        encoder: init.is_some() || !refs.is_empty() || hires_encodes,
+        encoder: init.is_some() || end.is_some() || !refs.is_empty() || hires_encodes,
         references: !refs.is_empty(),
     };
     let mut files = ComponentFiles::new(family.name()).with(ComponentId::Diffusion, diffusion);
@@ -105,6 +123,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         prompt: &loras.prompt,
         loras: super::lora::metadata(loras.set.as_deref())?,
         init: init.as_ref(),
+        end: end.as_ref(),
         refs: &refs,
         mask: mask.as_ref(),
         upscaler: upscaler.as_ref(),
@@ -171,6 +190,7 @@ struct RunInputs<'a> {
     /// (name, weight, hash) of each LoRA, for the metadata.
     loras: Vec<(String, f32, String)>,
     init: Option<&'a Image>,
+    end: Option<&'a Image>,
     refs: &'a [Image],
     mask: Option<&'a Image>,
     /// `--upscale-model`: applied to each image before it is written.
@@ -285,6 +305,7 @@ fn run_batch(
         width: width as usize,
         height: height as usize,
         init,
+        end: inputs.end,
         refs,
         mask: inputs.mask,
         ref_args: &cfg.inputs.ref_args,
@@ -302,6 +323,27 @@ fn run_batch(
         loras: inputs.loras.clone(),
         hires: hires.as_ref().map(HiresBatch::metadata),
     };
+    let high_noise_plan = {
+        let mut p = plan.clone();
+        if let Some(s) = cfg.high_noise.sampler {
+            p.sampler = s;
+        }
+        p
+    };
+    let high_noise = cfg
+        .models
+        .high_noise_diffusion_model
+        .is_some()
+        .then_some(HighNoiseJob {
+            plan: &high_noise_plan,
+            guidance: Guidance {
+                scale: cfg.high_noise.cfg_scale,
+                img_scale: cfg.high_noise.cfg_scale,
+                distilled: info.guidance.distilled,
+            },
+            boundary: cfg.high_noise.boundary,
+            steps: cfg.high_noise.steps,
+        });
     let mut preview = cfg
         .output
         .preview
@@ -325,6 +367,7 @@ fn run_batch(
             tiling: tiling.as_ref(),
             preview: preview.as_mut().map(|p| p as &mut dyn PreviewSink),
             hires: hires.as_ref().map(|h| h.job(cfg, seed)),
+            high_noise,
         })?;
         if let Some(video) = cfg.video.filter(|_| image.ne[3] > 1) {
             output::write_video(cfg, &info, i, seed, &image, video.fps, t0)?;

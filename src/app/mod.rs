@@ -14,8 +14,8 @@ mod preview;
 mod upscale;
 
 pub use config::{
-    HiresMethod, HiresSettings, InputImages, Mode, OutputConfig, PreviewSettings, RunConfig,
-    RuntimeConfig, SamplingConfig, UpscaleSettings, VideoSettings,
+    HighNoiseSettings, HiresMethod, HiresSettings, InputImages, Mode, OutputConfig,
+    PreviewSettings, RunConfig, RuntimeConfig, SamplingConfig, UpscaleSettings, VideoSettings,
 };
 pub use devices::print_devices;
 

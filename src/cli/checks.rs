@@ -147,11 +147,13 @@ pub(crate) fn check_inputs(cli: &Cli) -> Result<(), CliError> {
         ("--ad-model", &g.ad_model),
     ];
     // Model files may also be diffusers folders (config.json + weights).
-    const MAY_BE_FOLDER: [&str; 9] = [
+    const MAY_BE_FOLDER: [&str; 11] = [
         "-m/--model",
         "--diffusion-model",
+        "--high-noise-diffusion-model",
         "--clip_l",
         "--clip_g",
+        "--clip_vision",
         "--t5xxl",
         "--llm",
         "--llm_vision",

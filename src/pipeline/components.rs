@@ -20,6 +20,8 @@ pub enum ModelFlag {
     /// `-m/--model`: a checkpoint holding several components under their prefixes.
     Model,
     DiffusionModel,
+    /// `--high-noise-diffusion-model`: Wan 2.2 A14B's high-noise expert.
+    HighNoiseDiffusionModel,
     ClipL,
     ClipG,
     ClipVision,
@@ -37,6 +39,7 @@ impl ModelFlag {
         match self {
             ModelFlag::Model => "-m/--model",
             ModelFlag::DiffusionModel => "--diffusion-model",
+            ModelFlag::HighNoiseDiffusionModel => "--high-noise-diffusion-model",
             ModelFlag::ClipL => "--clip_l",
             ModelFlag::ClipG => "--clip_g",
             ModelFlag::ClipVision => "--clip_vision",
@@ -77,6 +80,7 @@ impl ModelFiles {
         match flag {
             ModelFlag::Model => self.model.as_deref(),
             ModelFlag::DiffusionModel => self.diffusion_model.as_deref(),
+            ModelFlag::HighNoiseDiffusionModel => self.high_noise_diffusion_model.as_deref(),
             ModelFlag::ClipL => self.clip_l.as_deref(),
             ModelFlag::ClipG => self.clip_g.as_deref(),
             ModelFlag::ClipVision => self.clip_vision.as_deref(),
@@ -93,6 +97,8 @@ impl ModelFiles {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ComponentId {
     Diffusion,
+    /// Wan 2.2 A14B's high-noise expert.
+    HighNoiseDiffusion,
     T5,
     Llm,
     /// The LLM's vision tower (a separate file, or vision weights inside the LLM's).
@@ -101,6 +107,8 @@ pub enum ComponentId {
     ClipL,
     /// SDXL's OpenCLIP ViT-bigG.
     ClipG,
+    /// A CLIP vision tower (`--clip_vision`: Wan 2.1 I2V / FLF2V's image tokens).
+    ClipVision,
     Vae,
     /// The tiny autoencoder (`--taesd`), decoding instead of the VAE.
     Taesd,
@@ -111,11 +119,14 @@ impl ComponentId {
     pub fn prefix(self) -> &'static str {
         match self {
             ComponentId::Diffusion => Component::Diffusion.prefix(),
+            // Upstream's prefix for `--high-noise-diffusion-model` files.
+            ComponentId::HighNoiseDiffusion => "model.high_noise_diffusion_model.",
             ComponentId::T5 => Component::T5.prefix(),
             ComponentId::Llm | ComponentId::LlmVision => Component::Llm.prefix(),
             ComponentId::ClipL => Component::TextEncoder.prefix(),
             ComponentId::ClipG => Component::TextEncoder2.prefix(),
             ComponentId::Vae => Component::Vae.prefix(),
+            ComponentId::ClipVision => "clip_vision.",
             // Upstream's prefix for `--taesd` files.
             ComponentId::Taesd => "tae.",
         }
@@ -124,12 +135,13 @@ impl ComponentId {
     /// The `--backend` role it runs under.
     pub fn role(self) -> Role {
         match self {
-            ComponentId::Diffusion => Role::Diffusion,
+            ComponentId::Diffusion | ComponentId::HighNoiseDiffusion => Role::Diffusion,
             ComponentId::T5
             | ComponentId::Llm
             | ComponentId::LlmVision
             | ComponentId::ClipL
-            | ComponentId::ClipG => Role::TextEncoder,
+            | ComponentId::ClipG
+            | ComponentId::ClipVision => Role::TextEncoder,
             ComponentId::Vae | ComponentId::Taesd => Role::Vae,
         }
     }
@@ -248,7 +260,7 @@ impl ComponentStore {
     /// `model.diffusion_model.` deeper when its names are single-file names under the prefix.
     pub fn root(&self, id: ComponentId) -> String {
         let p = id.prefix();
-        if id == ComponentId::Diffusion {
+        if matches!(id, ComponentId::Diffusion | ComponentId::HighNoiseDiffusion) {
             let nested = format!("{p}model.diffusion_model.");
             if self.has_prefix(&nested) {
                 return nested;
@@ -355,11 +367,16 @@ const MODEL_INDEX: &str = "model_index.json";
 fn pipeline_candidates(id: ComponentId) -> &'static [&'static str] {
     match id {
         ComponentId::Diffusion => &["unet", "transformer"],
+        // diffusers' Wan 2.2 folders swap the roles (`transformer` is the high-noise expert):
+        // their folder is not taken as a pair here.
+        ComponentId::HighNoiseDiffusion => &[],
         ComponentId::ClipL | ComponentId::Llm | ComponentId::LlmVision => &["text_encoder"],
         ComponentId::ClipG => &["text_encoder_2"],
         // SD3 keeps T5 third; PixArt has it as its only text encoder.
         ComponentId::T5 => &["text_encoder_3", "text_encoder"],
         ComponentId::Vae => &["vae"],
+        // WanImageToVideoPipeline's CLIP vision tower.
+        ComponentId::ClipVision => &["image_encoder"],
         ComponentId::Taesd => &[],
     }
 }

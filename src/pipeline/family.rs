@@ -168,8 +168,10 @@ impl LoadContext<'_> {
 pub struct BatchInputs<'a> {
     pub width: usize,
     pub height: usize,
-    /// `--init-img` (img2img), already decoded.
+    /// `--init-img` (img2img; a video's first frame), already decoded.
     pub init: Option<&'a Image>,
+    /// `--end-img`: a video's last frame (video families only), already decoded.
+    pub end: Option<&'a Image>,
     /// `-r` reference images, in order.
     pub refs: &'a [Image],
     /// `--mask` (inpainting), already decoded.
@@ -201,6 +203,20 @@ pub struct ImageJob<'a> {
     pub preview: Option<&'a mut (dyn super::preview::PreviewSink + 'static)>,
     /// `--hires`: the second pass at the larger size.
     pub hires: Option<super::hires::HiresJob<'a>>,
+    /// `--high-noise-diffusion-model` (Wan 2.2 A14B): how its expert samples.
+    pub high_noise: Option<HighNoiseJob<'a>>,
+}
+
+/// The high-noise expert's part of a job: its plan (the main plan with its sampler), its
+/// guidance, and where it hands over.
+#[derive(Clone, Copy)]
+pub struct HighNoiseJob<'a> {
+    pub plan: &'a SamplingPlan,
+    pub guidance: Guidance,
+    /// Steps whose sigma is at least this run on the expert (when `steps` is `None`).
+    pub boundary: f32,
+    /// `--high-noise-steps`: that many steps added in front of the main ones.
+    pub steps: Option<usize>,
 }
 
 impl<'a> ImageJob<'a> {

@@ -63,6 +63,7 @@ impl RunConfig {
             clip_skip: gen.clip_skip,
             strength: gen.strength,
             video: gen.video,
+            high_noise: sampling::high_noise(&cli, &mut warnings)?,
             inputs: gen.inputs,
             upscale: gen.upscale,
             hires,

@@ -122,3 +122,43 @@ pub(super) fn resolve(
         extra_text,
     })
 }
+
+/// The high-noise expert's settings (`--moe-boundary`, `--high-noise-*`); the SLG, eta and
+/// image-guidance variants are not used by the Wan experts and warn when changed.
+pub(super) fn high_noise(
+    cli: &crate::cli::args::Cli,
+    warnings: &mut Vec<String>,
+) -> Result<crate::app::HighNoiseSettings, CliError> {
+    let h = &cli.high_noise;
+    let boundary = check_finite("--moe-boundary", cli.generation.moe_boundary)?;
+    if !(0.0..=1.0).contains(&boundary) {
+        return Err(invalid("--moe-boundary", boundary, "must be in [0, 1]"));
+    }
+    let cfg_scale = check_finite("--high-noise-cfg-scale", h.high_noise_cfg_scale)?;
+    let sampler = name(&h.high_noise_sampling_method)
+        .map(|n| {
+            n.parse::<SamplerKind>()
+                .map_err(|e| invalid("--high-noise-sampling-method", &n, e.to_string()))
+        })
+        .transpose()?;
+    for (flag, unused) in [
+        ("--high-noise-slg-scale", h.high_noise_slg_scale != 0.0),
+        ("--high-noise-eta", h.high_noise_eta.is_some()),
+        (
+            "--high-noise-img-cfg-scale",
+            h.high_noise_img_cfg_scale.is_some(),
+        ),
+    ] {
+        if unused {
+            warnings.push(format!(
+                "{flag} has no effect on the Wan high-noise expert; ignored"
+            ));
+        }
+    }
+    Ok(crate::app::HighNoiseSettings {
+        boundary,
+        steps: usize::try_from(h.high_noise_steps).ok().filter(|&n| n > 0),
+        cfg_scale,
+        sampler,
+    })
+}

@@ -546,4 +546,3 @@ impl Generator for QwenImage21Pipeline {
         self.release_prefix_cache();
     }
 }
-

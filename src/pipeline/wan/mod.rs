@@ -1,5 +1,8 @@
-//! Wan 2.1 text-to-video (`-M vid_gen`; `-M img_gen` makes one frame): umT5 text encoder →
-//! the Wan video DiT (rectified flow, shift 5) → the Wan 2.1 VAE over time.
+//! Wan 2.1 text-to-video and image-to-video (`-M vid_gen`; `-M img_gen` makes one frame): umT5
+//! text encoder → the Wan video DiT (rectified flow, shift 5) → the Wan 2.1 VAE over time.
+//! I2V / FLF2V / Wan 2.2 I2V models take `--init-img` (and `--end-img`) as a condition video
+//! concatenated to the latent, plus CLIP vision tokens (`--clip_vision`) where the transformer
+//! has an image branch (see `condition`).
 //!
 //! sd-cli's rules (upstream's T5 embedder with `is_umt5`, `zero_out_masked` for video): the
 //! prompt's emphasis parsed, tokens plus `</s>` padded to 512 per chunk, the padding masked in
@@ -8,13 +11,15 @@
 //! `uncond + cfg · (cond − uncond)`; `--video-frames` F gives (F − 1)/4 + 1 latent frames and
 //! 4·(that − 1) + 1 output frames.
 
+mod condition;
+mod moe;
 mod pipeline;
 
 pub use pipeline::{latent_frames, video_frames, WanPipeline};
 
 use crate::error::Result;
 use crate::pipeline::components::{
-    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFlag,
+    ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFlag, Required,
 };
 use crate::pipeline::family::{Defaults, Family, Generator, LoadContext};
 use crate::pipeline::model_args::ModelArgSpec;
@@ -33,6 +38,23 @@ pub(crate) const T5: ComponentSpec = ComponentSpec::text_encoder(
     &[ModelFlag::T5xxl],
 );
 pub(crate) const VAE: ComponentSpec = ComponentSpec::vae();
+/// Wan 2.2 A14B's high-noise expert (`--high-noise-diffusion-model`).
+pub(crate) const HIGH_NOISE: ComponentSpec = ComponentSpec {
+    id: ComponentId::HighNoiseDiffusion,
+    what: "the high-noise expert",
+    flags: &[ModelFlag::HighNoiseDiffusionModel],
+    required: Required::Optional,
+    metadata: None,
+};
+/// The CLIP vision tower of I2V / FLF2V models (checked at load: needed when the transformer
+/// has an image branch).
+pub(crate) const CLIP_VISION: ComponentSpec = ComponentSpec {
+    id: ComponentId::ClipVision,
+    what: "a CLIP vision encoder (clip_vision_h)",
+    flags: &[ModelFlag::ClipVision],
+    required: Required::Optional,
+    metadata: None,
+};
 
 /// The registry entry.
 pub struct WanFamily;
@@ -55,7 +77,7 @@ impl Family for WanFamily {
     }
 
     fn components(&self) -> &'static [ComponentSpec] {
-        &[DIFFUSION, T5, VAE]
+        &[DIFFUSION, HIGH_NOISE, T5, CLIP_VISION, VAE]
     }
 
     fn defaults(&self) -> Defaults {

@@ -2,13 +2,21 @@
 
 use std::time::Instant;
 
+use super::condition::{clip_tokens, concat_condition, ClipTower, ImageCondition, MASK_CHANNELS};
+use super::moe::denoise_two_experts;
 use super::{DIFFUSION, FLOW_SHIFT, T5, TEXT_LEN, VAE};
 use crate::error::{Error, Result};
 use crate::models::dit::wan::{heads_hint, Wan, WanConfig, WanInputs};
+use crate::models::te::clip::{clip_skip_layers, ClipActivation};
+use crate::models::te::clip_vision::{
+    ClipVisionConfig, ClipVisionHparams, ClipVisionModel, ClipVisionSource,
+};
 use crate::models::te::t5::{self, T5Encoder};
 use crate::models::vae::wan_vae::{LatentStats, WanVae, WanVaeConfig};
 use crate::pipeline::components::{ComponentFiles, ComponentId};
-use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
+use crate::pipeline::family::{
+    BatchInputs, Generator, HighNoiseJob, ImageJob, LoadContext, Prepared, SizeRule,
+};
 use crate::pipeline::memo::Memo;
 use crate::pipeline::passes::{denoise_pass, PassRequest, PassStage};
 use crate::pipeline::text::{encode_t5_chunks, load_t5, load_umt5_tokenizer, t5_weighted_chunks};
@@ -33,14 +41,23 @@ pub struct WanPipeline {
     tokenizer: T5Tokenizer,
     te: Loaded<T5Encoder>,
     dit: Loaded<Wan>,
+    /// Wan 2.2 A14B's high-noise expert, when given.
+    high: Option<Loaded<Wan>>,
     /// The VAE for single frames (img2img, `-M img_gen`) and its statistics.
     vae: VaeStage,
     stats: LatentStats,
     schedule: ModelSchedule,
     prediction: Prediction,
     states: Memo<HostTensor>,
-    /// Latent frames of the batch.
-    batch: Option<Prepared<usize>>,
+    /// The CLIP tower of a transformer with an image branch (I2V, FLF2V).
+    clip: Option<ClipTower>,
+    batch: Option<Prepared<WanBatch>>,
+}
+
+/// What a batch shares: its latent frames and, for image-to-video models, the condition.
+struct WanBatch {
+    frames: usize,
+    condition: Option<ImageCondition>,
 }
 
 impl WanPipeline {
@@ -61,6 +78,40 @@ impl WanPipeline {
         })?;
         bar.tick();
 
+        let high = match files.get(ComponentId::HighNoiseDiffusion) {
+            Some(store) => {
+                let root = store.root(ComponentId::HighNoiseDiffusion);
+                let src = StoreSource::new(&store.store, &root);
+                let heads = store.config().and_then(heads_hint).or(heads);
+                let opts = ctx.load_options(ComponentId::HighNoiseDiffusion, true)?;
+                let high = Runner::load("wan_high_noise", &src, opts, |wb| -> Result<Wan> {
+                    let config = WanConfig::detect(wb, heads)?;
+                    Ok(Wan::new(wb, config)?)
+                })?;
+                let (a, b) = (dit.model.config(), high.model.config());
+                if (a.in_channels, a.out_channels, a.text_dim, a.image)
+                    != (b.in_channels, b.out_channels, b.text_dim, b.image)
+                {
+                    return Err(Error::Unsupported(format!(
+                        "the high-noise expert ({}) does not match the diffusion model: \
+                         channels {}→{} vs {}→{}, text width {} vs {}",
+                        store.path.display(),
+                        b.in_channels,
+                        b.out_channels,
+                        a.in_channels,
+                        a.out_channels,
+                        b.text_dim,
+                        a.text_dim
+                    )));
+                }
+                Some(high)
+            }
+            None => None,
+        };
+        let clip = match c_image_dim(&dit.model) {
+            Some(in_dim) => Some(load_clip(files, ctx, in_dim)?),
+            None => None,
+        };
         let te = load_t5(t5_files, ctx)?;
         let tokenizer = load_umt5_tokenizer(t5_files, ctx.t5_tokenizer)?;
         t5::check_tokenizer(&te.model, &tokenizer, &t5_files.path.display().to_string())?;
@@ -81,7 +132,7 @@ impl WanPipeline {
         let src = StoreSource::new(&vae_files.store, ComponentId::Vae.prefix());
         let opts = ctx.load_options(ComponentId::Vae, false)?;
         let need_encoder = ctx.needs.encoder;
-        let channels = c.in_channels;
+        let channels = c.out_channels;
         let mut stats = None;
         let vae = Runner::load("vae", &src, opts, |wb| -> Result<WanVae> {
             let mut config = WanVaeConfig::detect(wb)?;
@@ -124,8 +175,17 @@ impl WanPipeline {
             },
             prediction: ctx.prediction.unwrap_or(Prediction::Sd3Flow),
             states: Memo::new(2),
+            high,
+            clip,
             batch: None,
         })
+    }
+
+    /// Input channels the transformer reads beyond the latent (mask and condition latent of
+    /// image-to-video models; 0 for text-to-video).
+    fn concat_channels(&self) -> usize {
+        let c = self.dit.model.config();
+        c.in_channels.saturating_sub(c.out_channels)
     }
 
     /// Sizes must be multiples of this (VAE 8 × patch 2).
@@ -153,17 +213,27 @@ impl WanPipeline {
     /// The transformer's velocity for latent `x` [W, H, T, C] at `sigma`.
     fn velocity(
         &self,
+        dit: &Loaded<Wan>,
         x: &[f32],
         lat: [usize; 4],
         text: &HostTensor,
         sigma: f32,
+        condition: Option<&ImageCondition>,
     ) -> Result<Vec<f32>> {
-        let model = &self.dit.model;
-        let v = self.dit.runner.compute_one(|g| {
+        let model = &dit.model;
+        let [w, h, t, _] = lat;
+        let mut input = x.to_vec();
+        if let Some(cond) = condition {
+            input.extend_from_slice(&cond.concat);
+        }
+        let channels = input.len() / (w * h * t).max(1);
+        let v = dit.runner.compute_one(|g| {
             let inputs = WanInputs {
-                latent: g.input_f32("wan.latent", lat, x.to_vec()),
+                latent: g.input_f32("wan.latent", [w, h, t, channels], input.clone()),
                 text: g.input_f32("wan.text", text.ne, text.data.clone()),
-                image: None,
+                image: condition
+                    .and_then(|cond| cond.clip.as_ref())
+                    .map(|clip| g.input_f32("wan.image", clip.ne, clip.data.clone())),
                 timestep: sigma * 1000.0,
             };
             model.forward(g, &inputs)
@@ -172,7 +242,13 @@ impl WanPipeline {
     }
 
     /// Samples the video latent [W, H, T·C] (channel-major, as torch's (C, T, H, W)).
-    fn sample(&self, req: PassRequest<'_>, frames: usize) -> Result<HostTensor> {
+    fn sample(
+        &self,
+        req: PassRequest<'_>,
+        frames: usize,
+        condition: Option<&ImageCondition>,
+        expert: Option<&HighNoiseJob<'_>>,
+    ) -> Result<HostTensor> {
         crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
         let t0 = Instant::now();
         let cond = self.encode_prompt(req.prompt)?;
@@ -183,15 +259,59 @@ impl WanPipeline {
         };
         let condition_secs = t0.elapsed().as_secs_f64();
         let f = self.vae.scale_factor();
-        let c = self.dit.model.config().in_channels;
+        let c = self.dit.model.config().out_channels;
         let (lw, lh) = (req.width / f, req.height / f);
         let t1 = Instant::now();
         let model = WanModel {
             pipe: self,
+            dit: &self.dit,
             cond: &cond,
             uncond: uncond.as_ref(),
             lat: [lw, lh, frames, c],
+            condition,
         };
+        if let (Some(high), Some(expert)) = (&self.high, expert) {
+            if req.preview.is_some() || req.mask.is_some() {
+                return Err(Error::Unsupported(
+                    "--preview and --mask are not supported with a high-noise expert".into(),
+                ));
+            }
+            // The expert's own guidance decides whether it needs the negative prompt.
+            let uncond_high = match (&uncond, expert.guidance.needs_uncond()) {
+                (Some(u), _) => Some(u.clone()),
+                (None, true) => Some(self.encode_prompt(req.negative_prompt)?),
+                (None, false) => None,
+            };
+            let high_model = WanModel {
+                dit: high,
+                uncond: uncond_high.as_ref(),
+                ..model
+            };
+            let job = crate::pipeline::SampleJob {
+                plan: req.plan,
+                guidance: req.guidance,
+                noise_rng: req.noise_rng,
+                sampler_rng: req.sampler_rng,
+                init: req.init,
+                preview: None,
+                mask: None,
+            };
+            let shape = (lw, lh, frames * c);
+            let (latent, steps) = denoise_two_experts(
+                high_model,
+                model,
+                self.prediction,
+                &self.schedule,
+                job,
+                expert,
+                shape,
+            )?;
+            log::debug!(
+                "wan: condition {condition_secs:.2}s, sampling {:.2}s ({steps} steps, two experts)",
+                t1.elapsed().as_secs_f64()
+            );
+            return Ok(HostTensor::image(lw, lh, frames * c, latent)?);
+        }
         let stage = PassStage {
             vae: &self.vae,
             preview_vae: None,
@@ -249,19 +369,115 @@ impl WanPipeline {
     }
 }
 
+impl WanPipeline {
+    /// The condition of an image-to-video transformer: the concatenated mask and condition
+    /// latent, and the CLIP tokens when it has an image branch (FLF2V: both images).
+    fn image_condition(
+        &self,
+        batch: &BatchInputs<'_>,
+        frames: usize,
+        concat: usize,
+    ) -> Result<ImageCondition> {
+        let z = self.stats.channels();
+        if concat != MASK_CHANNELS + z {
+            return Err(Error::Unsupported(format!(
+                "the transformer reads {concat} condition channels; Wan image-to-video models \
+                 read {MASK_CHANNELS} mask + {z} latent channels"
+            )));
+        }
+        if batch.init.is_none() {
+            log::warn!("Wan image-to-video without --init-img: conditioning on a grey video");
+        }
+        let (w, h) = (batch.width, batch.height);
+        let t = Instant::now();
+        let concat = concat_condition(
+            &self.vae,
+            &self.stats,
+            batch.init,
+            batch.end,
+            w,
+            h,
+            video_frames(frames),
+        )?;
+        let image = self.dit.model.config().image;
+        let clip = match (&self.clip, image) {
+            (Some(clip), Some(branch)) => {
+                let images: &[Option<&crate::image_io::Image>] = if branch.pos_len.is_some() {
+                    &[batch.init, batch.end]
+                } else {
+                    if batch.end.is_some() {
+                        log::warn!(
+                            "this Wan I2V model has no first/last-frame image branch: --end-img \
+                             only conditions the last frame's latent"
+                        );
+                    }
+                    &[batch.init]
+                };
+                Some(clip_tokens(clip, &self.vae, images, w, h)?)
+            }
+            _ => None,
+        };
+        log::debug!("wan: image condition in {:.2}s", t.elapsed().as_secs_f64());
+        Ok(ImageCondition { concat, clip })
+    }
+}
+
+/// The CLIP width a transformer's image branch reads, if it has one.
+fn c_image_dim(model: &Wan) -> Option<usize> {
+    model.config().image.map(|i| i.in_dim)
+}
+
+/// Loads `--clip_vision` for a transformer with an image branch of width `in_dim`: every layer
+/// as upstream, or `--clip-skip` n as the CLIP encoders count it (2: diffusers' penultimate).
+fn load_clip(files: &ComponentFiles, ctx: &LoadContext<'_>, in_dim: usize) -> Result<ClipTower> {
+    let store = files.get(ComponentId::ClipVision).ok_or_else(|| {
+        Error::Unsupported(
+            "this Wan model is image-to-video with a CLIP image branch: pass --clip_vision \
+             (clip_vision_h.safetensors)"
+                .into(),
+        )
+    })?;
+    let prefix = ComponentId::ClipVision.prefix();
+    let src = ClipVisionSource::new(&store.store, prefix);
+    let hp = ClipVisionHparams::new(ClipActivation::Gelu)
+        .with_store_config(&store.store, prefix)?
+        .with_openclip_layout(src.layout().is_openclip());
+    let opts = ctx.load_options(ComponentId::ClipVision, true)?;
+    let tower = Runner::load("clip_vision", &src, opts, |wb| -> Result<ClipVisionModel> {
+        let config = ClipVisionConfig::detect(wb, &hp)?;
+        if config.hidden != in_dim {
+            return Err(Error::Unsupported(format!(
+                "the CLIP vision encoder's width {} does not match the transformer's image \
+                 input {in_dim} ({})",
+                config.hidden,
+                store.path.display()
+            )));
+        }
+        log::debug!("clip vision: {config:?}");
+        Ok(ClipVisionModel::new(wb, config)?)
+    })?;
+    let depth = tower.model.config().layers;
+    let layers = ctx
+        .clip_skip
+        .map_or(depth, |s| clip_skip_layers(depth, s as i32));
+    Ok(ClipTower { tower, layers })
+}
+
 /// The transformer as the guided denoiser's model.
 struct WanModel<'a> {
     pipe: &'a WanPipeline,
+    dit: &'a Loaded<Wan>,
     cond: &'a HostTensor,
     uncond: Option<&'a HostTensor>,
     lat: [usize; 4],
+    condition: Option<&'a ImageCondition>,
 }
 
 impl GuidedModel for WanModel<'_> {
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
         Predictions::one_call_each(&call, self.cond, self.uncond, |text, _| {
             self.pipe
-                .velocity(call.x, self.lat, text, call.sigma)
+                .velocity(self.dit, call.x, self.lat, text, call.sigma, self.condition)
                 .map_err(|e| format!("{e:#}"))
         })
     }
@@ -293,28 +509,62 @@ impl Generator for WanPipeline {
                 video_frames(frames)
             );
         }
-        if frames > 1 && (batch.init.is_some() || batch.mask.is_some() || batch.hires) {
+        let concat = self.concat_channels();
+        if concat == 0 {
+            if batch.end.is_some() {
+                return Err(Error::Unsupported(
+                    "--end-img needs a Wan image-to-video model (I2V / FLF2V); this one is \
+                     text-to-video"
+                        .into(),
+                ));
+            }
+            if frames > 1 && (batch.init.is_some() || batch.mask.is_some() || batch.hires) {
+                return Err(Error::Unsupported(
+                    "--init-img, --mask and --hires need a Wan image-to-video model for videos; \
+                     this one is text-to-video"
+                        .into(),
+                ));
+            }
+            let base = Prepared::encode(&self.vae, batch, "Wan")?;
+            self.batch = Some(Prepared {
+                width: base.width,
+                height: base.height,
+                init: base.init,
+                mask: base.mask,
+                extra: WanBatch {
+                    frames,
+                    condition: None,
+                },
+            });
+            return Ok(());
+        }
+        if batch.mask.is_some() || batch.hires {
             return Err(Error::Unsupported(
-                "--init-img, --mask and --hires are not supported for Wan videos yet".into(),
+                "--mask and --hires are not supported by Wan image-to-video models".into(),
             ));
         }
-        let base = Prepared::encode(&self.vae, batch, "Wan")?;
+        let condition = self.image_condition(batch, frames, concat)?;
         self.batch = Some(Prepared {
-            width: base.width,
-            height: base.height,
-            init: base.init,
-            mask: base.mask,
-            extra: frames,
+            width: batch.width,
+            height: batch.height,
+            init: None,
+            mask: None,
+            extra: WanBatch {
+                frames,
+                condition: Some(condition),
+            },
         });
         Ok(())
     }
 
     fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor> {
         let batch = Prepared::get(&self.batch)?;
-        let frames = batch.extra;
+        let frames = batch.extra.frames;
+        let condition = batch.extra.condition.as_ref();
         let tiling = job.tiling;
+        let expert = job.high_noise;
         let x = crate::pipeline::passes::sample_passes(job, batch, &self.vae, |req| {
-            self.sample(req, frames)
+            self.sample(req, frames, condition, expert.as_ref())
         })?;
         if frames == 1 {
             return self.vae.decode(&x, tiling);
