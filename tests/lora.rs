@@ -177,7 +177,7 @@ fn two_loras_merged_and_at_runtime_match_diffusers() {
             "at_runtime",
             "--offload-to-cpu",
             "--max-vram",
-            "0.0012",
+            "0.0028",
             "-v",
         ],
         &out,

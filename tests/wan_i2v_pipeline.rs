@@ -189,3 +189,31 @@ fn two_experts_match_diffusers() {
         "8 steps with 4 on the expert gave the same video ({p:.1} dB)"
     );
 }
+
+/// Wan 2.2 TI2V-5B style text-to-video: the Wan 2.2 VAE (16×, patchified, picked from its
+/// weights) under a transformer of its latent width, against WanPipeline's loop.
+#[test]
+fn wan22_vae_text_to_video_matches_diffusers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t2v = fixture_path("wan");
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "vid_gen", "--diffusion-model", s(&fix("ti2v"))])
+        .args(["--t5xxl", s(&t2v.join("text_encoder/model.safetensors"))])
+        .args([
+            "--t5xxl-tokenizer",
+            s(&fixture_path(
+                "../../../shared/tokenizers/t5-v1_1.tokenizer.json",
+            )),
+        ])
+        .args(["--vae", s(&fixture_path("wan22_vae/diffusers"))])
+        .args(["-p", PROMPT, "--steps", "4", "--cfg-scale", "5"])
+        .args(["-W", "64", "-H", "32", "--video-frames", "5"])
+        .args(["-s", "42", "--rng", "cpu", "-t", "2"])
+        .args(["-o", s(&tmp.path().join("frame_%d.png"))])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = frames_psnr("ti2v_t2v", tmp.path());
+    eprintln!("Wan 2.2 VAE text-to-video: 5 frames vs diffusers: PSNR {p:.1} dB");
+    assert!(p >= 55.0, "PSNR {p:.1} dB");
+}

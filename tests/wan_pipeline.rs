@@ -4,7 +4,8 @@
 //! (9 frames, CFG 5) against WanPipeline's loop with diffusers' transformer and VAE on sd-cli's
 //! sigmas, written as a lossless PNG sequence; the same run as `.avi` and `.webp` files.
 //!
-//! Tolerances: text states 1e-4 × scale; frames ≥ 55 dB PSNR over all frames (8-bit).
+//! Tolerances: text states 1e-4 × scale (2e-3 where ggml's f16 matmul runs, see
+//! `f16_weight_tolerance`); frames ≥ 55 dB PSNR over all frames (8-bit).
 
 mod common;
 
@@ -54,7 +55,18 @@ fn umt5_states_match_the_wan_pipeline() {
         let mut h = t5::encode(&runner, &model, &c.ids, c.real).unwrap();
         let d = h.ne[0];
         h.data[c.real * d..].iter_mut().for_each(|v| *v = 0.0);
-        assert_close(case, &h, &tensor(&r, case), 1e-4);
+        assert_close(case, &h, &tensor(&r, case), f16_weight_tolerance());
+    }
+}
+
+/// The umT5 weights are f16: our blocked kernels (AVX-512) widen them exactly; without them
+/// ggml's own f16 matmul runs, which rounds the activations to f16 as well (as upstream does),
+/// worth about 1e-3 of the states' scale.
+fn f16_weight_tolerance() -> f32 {
+    if sd_cli::cpu_info::kernel_may_use("avx512f") {
+        1e-4
+    } else {
+        2e-3
     }
 }
 

@@ -13,6 +13,7 @@ Writes tests/fixtures/wan_i2v/:
   flf2v/                 the same with the first/last-frame position table (pos_embed_seq_len 2 x 65)
   concat_only/           36 input channels and no image branch (Wan 2.2 I2V-A14B style)
   moe_high/              another such transformer: the high-noise expert of the `moe` run
+  ti2v/                  a 6-channel transformer for the tiny Wan 2.2 VAE (tests/fixtures/wan22_vae/diffusers)
   image_encoder/         a tiny transformers CLIPVisionModel (hidden 24, 3 layers, 2 heads, patch 4,
                          image 32: 65 tokens; gelu), saved with its config.json
   start.png, end.png     32x32 RGB
@@ -26,6 +27,7 @@ Writes tests/fixtures/wan_i2v/:
     `concat_only`        start.png on the concat_only transformer, no image encoder
     `moe`                Wan 2.2 A14B's two experts: moe_high with CFG 3 on the steps whose sigma is at
                          least 0.875 (2 of 4), then concat_only with CFG 5
+    `ti2v_t2v`           Wan 2.2 TI2V-style text-to-video on ti2v/ and the Wan 2.2 VAE, 64x32
 """
 import os
 import sys
@@ -46,6 +48,7 @@ OUT = "tests/fixtures/wan_i2v"
 SEED, W, H, FRAMES, STEPS, CFG, SHIFT = 42, 32, 32, 5, 4, 5.0, 5.0
 CLIP_TOKENS = 1 + (32 // 4) ** 2
 BOUNDARY, EXPERT_CFG = 0.875, 3.0
+TI2V_VAE = "tests/fixtures/wan22_vae/diffusers"
 
 
 def image_encoder():
@@ -65,10 +68,10 @@ def image_encoder():
     return model
 
 
-def transformer(name, seed, image_dim, pos_len):
+def transformer(name, seed, image_dim, pos_len, channels=(36, 16)):
     torch.manual_seed(seed)
-    model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=36,
-                                  out_channels=16, text_dim=16, freq_dim=256, ffn_dim=48, num_layers=2,
+    model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
+                                  in_channels=channels[0], out_channels=channels[1], text_dim=16, freq_dim=256, ffn_dim=48, num_layers=2,
                                   cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6,
                                   image_dim=image_dim, added_kv_proj_dim=24 if image_dim else None,
                                   pos_embed_seq_len=pos_len).eval()
@@ -128,6 +131,28 @@ def run(pipe, model, cond, uncond, start, end, layer=-1, expert=None):
     return (video / 2 + 0.5).clamp(0, 1).permute(1, 0, 2, 3).contiguous()
 
 
+def ti2v_text_to_video(te, tok, cond, uncond):
+    """Wan 2.2 TI2V-5B style text-to-video: the Wan 2.2 VAE of wan22_vae_fixtures.py (z 6, 16x,
+    patchified) under a transformer of 6 channels; WanPipeline's loop (expand_timesteps changes
+    nothing without an image) on sd-cli's sigmas, 64x32, 5 frames → [F, 3, H, W]."""
+    ae = AutoencoderKLWan.from_pretrained(TI2V_VAE).eval()
+    z = ae.config.z_dim
+    model = transformer("ti2v", 36, None, None, (z, z))
+    x = torch.randn((1, z, 2, 32 // 16, 64 // 16), generator=torch.Generator().manual_seed(SEED))
+    sigmas = sdcli_sigmas(STEPS, SHIFT) + [0.0]
+    for s, s_next in zip(sigmas[:-1], sigmas[1:]):
+        ts = torch.tensor([s * 1000.0])
+        with torch.no_grad():
+            c = model(hidden_states=x, timestep=ts, encoder_hidden_states=cond[None], return_dict=False)[0]
+            u = model(hidden_states=x, timestep=ts, encoder_hidden_states=uncond[None], return_dict=False)[0]
+        x = x + (s_next - s) * (u + CFG * (c - u))
+    mean = torch.tensor(ae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(ae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        video = ae.decode(x * std + mean, return_dict=False)[0][0]
+    return (video / 2 + 0.5).clamp(0, 1).permute(1, 0, 2, 3).contiguous()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     te = UMT5EncoderModel.from_pretrained(f"{t2v.OUT}/text_encoder").eval()
@@ -159,6 +184,7 @@ def main():
     pipe = WanImageToVideoPipeline(tokenizer=tok, text_encoder=te, vae=ae, scheduler=None, transformer=expert,
                                    transformer_2=concat_only, boundary_ratio=BOUNDARY)
     refs["moe"] = run(pipe, concat_only, cond, uncond, start, None, -1, expert)
+    refs["ti2v_t2v"] = ti2v_text_to_video(te, tok, cond, uncond)
     save_file(refs, f"{OUT}/reference.safetensors")
 
 

@@ -14,6 +14,7 @@
 mod condition;
 mod moe;
 mod pipeline;
+mod vae;
 
 pub use pipeline::{latent_frames, video_frames, WanPipeline};
 

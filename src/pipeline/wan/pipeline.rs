@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use super::condition::{clip_tokens, concat_condition, ClipTower, ImageCondition, MASK_CHANNELS};
 use super::moe::denoise_two_experts;
+use super::vae::load_vae;
 use super::{DIFFUSION, FLOW_SHIFT, T5, TEXT_LEN, VAE};
 use crate::error::{Error, Result};
 use crate::models::dit::wan::{heads_hint, Wan, WanConfig, WanInputs};
@@ -12,7 +13,7 @@ use crate::models::te::clip_vision::{
     ClipVisionConfig, ClipVisionHparams, ClipVisionModel, ClipVisionSource,
 };
 use crate::models::te::t5::{self, T5Encoder};
-use crate::models::vae::wan_vae::{LatentStats, WanVae, WanVaeConfig};
+use crate::models::vae::wan_vae::LatentStats;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{
     BatchInputs, Generator, HighNoiseJob, ImageJob, LoadContext, Prepared, SizeRule,
@@ -20,7 +21,7 @@ use crate::pipeline::family::{
 use crate::pipeline::memo::Memo;
 use crate::pipeline::passes::{denoise_pass, PassRequest, PassStage};
 use crate::pipeline::text::{encode_t5_chunks, load_t5, load_umt5_tokenizer, t5_weighted_chunks};
-use crate::pipeline::vae::{LatentNorm, VaeStage};
+use crate::pipeline::vae::VaeStage;
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, StoreSource};
 use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predictions};
@@ -126,49 +127,13 @@ impl WanPipeline {
         }
         bar.tick();
 
-        let stats_json = vae_files
-            .config()
-            .and_then(LatentStats::from_diffusers_config);
-        let src = StoreSource::new(&vae_files.store, ComponentId::Vae.prefix());
-        let opts = ctx.load_options(ComponentId::Vae, false)?;
-        let need_encoder = ctx.needs.encoder;
-        let channels = c.out_channels;
-        let mut stats = None;
-        let vae = Runner::load("vae", &src, opts, |wb| -> Result<WanVae> {
-            let mut config = WanVaeConfig::detect(wb)?;
-            if !config.decoder {
-                return Err(Error::Unsupported(
-                    "the VAE file has no decoder weights".into(),
-                ));
-            }
-            config.encoder = need_encoder && config.encoder;
-            config.video = true;
-            let s = match stats_json {
-                Some(s) => s?,
-                None => config.latent_stats.clone().ok_or_else(|| {
-                    Error::Unsupported(format!(
-                        "the VAE has a {}-channel latent but no latents_mean/latents_std",
-                        config.z_dim
-                    ))
-                })?,
-            };
-            if s.channels() != config.z_dim || config.z_dim != channels {
-                return Err(Error::Unsupported(format!(
-                    "latent channels disagree: VAE {}, statistics {}, transformer {channels}",
-                    config.z_dim,
-                    s.channels()
-                )));
-            }
-            stats = Some(s);
-            Ok(WanVae::new(wb, config)?)
-        })?;
-        let stats = stats.ok_or_else(|| Error::Unsupported("VAE latent statistics".into()))?;
+        let (vae, stats) = load_vae(vae_files, ctx, c.out_channels)?;
         bar.tick();
         Ok(Self {
             tokenizer,
             te,
             dit,
-            vae: VaeStage::new(vae, LatentNorm::Stats(stats.clone())),
+            vae,
             stats,
             schedule: ModelSchedule::Flow {
                 shift: ctx.flow_shift.unwrap_or(FLOW_SHIFT),
