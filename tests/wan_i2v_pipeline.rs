@@ -190,13 +190,10 @@ fn two_experts_match_diffusers() {
     );
 }
 
-/// Wan 2.2 TI2V-5B style text-to-video: the Wan 2.2 VAE (16×, patchified, picked from its
-/// weights) under a transformer of its latent width, against WanPipeline's loop.
-#[test]
-fn wan22_vae_text_to_video_matches_diffusers() {
-    let tmp = tempfile::tempdir().unwrap();
+/// `sd-cli -M vid_gen` on the TI2V-style transformer over the tiny Wan 2.2 VAE (64×32, 5 frames).
+fn ti2v_run(extra: &[&str], tmp: &Path) -> std::process::Output {
     let t2v = fixture_path("wan");
-    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
         .args(["-M", "vid_gen", "--diffusion-model", s(&fix("ti2v"))])
         .args(["--t5xxl", s(&t2v.join("text_encoder/model.safetensors"))])
         .args([
@@ -209,11 +206,28 @@ fn wan22_vae_text_to_video_matches_diffusers() {
         .args(["-p", PROMPT, "--steps", "4", "--cfg-scale", "5"])
         .args(["-W", "64", "-H", "32", "--video-frames", "5"])
         .args(["-s", "42", "--rng", "cpu", "-t", "2"])
-        .args(["-o", s(&tmp.path().join("frame_%d.png"))])
+        .args(extra)
+        .args(["-o", s(&tmp.join("frame_%d.png"))])
         .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let p = frames_psnr("ti2v_t2v", tmp.path());
-    eprintln!("Wan 2.2 VAE text-to-video: 5 frames vs diffusers: PSNR {p:.1} dB");
-    assert!(p >= 55.0, "PSNR {p:.1} dB");
+        .unwrap()
+}
+
+/// Wan 2.2 TI2V-5B style text-to-video and image-to-video: the Wan 2.2 VAE (16×, patchified,
+/// picked from its weights) under a transformer of its latent width, against WanPipeline's loop
+/// and WanImageToVideoPipeline's `expand_timesteps` loop (the init image's latent as the first
+/// frame, clean, at timestep 0).
+#[test]
+fn wan22_ti2v_matches_diffusers() {
+    let start = fix("start_wide.png");
+    for (case, extra) in [
+        ("ti2v_t2v", vec![]),
+        ("ti2v_i2v", vec!["--init-img", s(&start)]),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let o = ti2v_run(&extra, tmp.path());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let p = frames_psnr(case, tmp.path());
+        eprintln!("Wan 2.2 {case}: 5 frames vs diffusers: PSNR {p:.1} dB");
+        assert!(p >= 55.0, "{case}: PSNR {p:.1} dB");
+    }
 }

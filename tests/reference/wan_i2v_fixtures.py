@@ -28,6 +28,8 @@ Writes tests/fixtures/wan_i2v/:
     `moe`                Wan 2.2 A14B's two experts: moe_high with CFG 3 on the steps whose sigma is at
                          least 0.875 (2 of 4), then concat_only with CFG 5
     `ti2v_t2v`           Wan 2.2 TI2V-style text-to-video on ti2v/ and the Wan 2.2 VAE, 64x32
+    `ti2v_i2v`           the same model's image-to-video from start_wide.png (64x32): WanImageToVideoPipeline's
+                         expand_timesteps loop (first latent frame = the image's, clean, timestep 0)
 """
 import os
 import sys
@@ -153,6 +155,36 @@ def ti2v_text_to_video(te, tok, cond, uncond):
     return (video / 2 + 0.5).clamp(0, 1).permute(1, 0, 2, 3).contiguous()
 
 
+def ti2v_image_to_video(te, tok, cond, uncond, image):
+    """Wan 2.2 TI2V-5B image-to-video as WanImageToVideoPipeline runs it with expand_timesteps: the
+    init image's latent (posterior mode, normalised) is the first latent frame, fed clean with
+    timestep 0 on its tokens, and put back at the end; the same ti2v/ transformer, 64x32, 5 frames."""
+    ae = AutoencoderKLWan.from_pretrained(TI2V_VAE).eval()
+    z = ae.config.z_dim
+    model = WanTransformer3DModel.from_pretrained(f"{OUT}/ti2v").eval()
+    h, w = 32 // 16, 64 // 16
+    x = torch.randn((1, z, 2, h, w), generator=torch.Generator().manual_seed(SEED))
+    px = torch.from_numpy(np.asarray(image)).float().permute(2, 0, 1)[None, :, None] / 255 * 2 - 1
+    mean = torch.tensor(ae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(ae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        condition = (ae.encode(px).latent_dist.mode() - mean) / std
+    mask = torch.ones(1, 1, 2, h, w)
+    mask[:, :, 0] = 0
+    sigmas = sdcli_sigmas(STEPS, SHIFT) + [0.0]
+    for s, s_next in zip(sigmas[:-1], sigmas[1:]):
+        inp = (1 - mask) * condition + mask * x
+        ts = (mask[0][0][:, ::2, ::2] * (s * 1000.0)).flatten()[None]
+        with torch.no_grad():
+            c = model(hidden_states=inp, timestep=ts, encoder_hidden_states=cond[None], return_dict=False)[0]
+            u = model(hidden_states=inp, timestep=ts, encoder_hidden_states=uncond[None], return_dict=False)[0]
+        x = x + (s_next - s) * (u + CFG * (c - u))
+    x = (1 - mask) * condition + mask * x
+    with torch.no_grad():
+        video = ae.decode(x * std + mean, return_dict=False)[0][0]
+    return (video / 2 + 0.5).clamp(0, 1).permute(1, 0, 2, 3).contiguous()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     te = UMT5EncoderModel.from_pretrained(f"{t2v.OUT}/text_encoder").eval()
@@ -185,6 +217,12 @@ def main():
                                    transformer_2=concat_only, boundary_ratio=BOUNDARY)
     refs["moe"] = run(pipe, concat_only, cond, uncond, start, None, -1, expert)
     refs["ti2v_t2v"] = ti2v_text_to_video(te, tok, cond, uncond)
+    g = np.random.default_rng(9)
+    yy, xx = np.mgrid[0:32, 0:64]
+    wide = np.stack([xx * 4, yy * 8, (xx + yy) * 3], -1) % 256
+    wide = Image.fromarray(np.clip(wide + g.integers(-12, 12, wide.shape), 0, 255).astype(np.uint8), "RGB")
+    wide.save(f"{OUT}/start_wide.png")
+    refs["ti2v_i2v"] = ti2v_image_to_video(te, tok, cond, uncond, wide)
     save_file(refs, f"{OUT}/reference.safetensors")
 
 

@@ -52,6 +52,8 @@ pub struct WanPipeline {
     states: Memo<HostTensor>,
     /// The CLIP tower of a transformer with an image branch (I2V, FLF2V).
     clip: Option<ClipTower>,
+    /// The VAE is Wan 2.2's (TI2V-5B: `--init-img` fixes the first latent frame).
+    wan22: bool,
     batch: Option<Prepared<WanBatch>>,
 }
 
@@ -59,6 +61,8 @@ pub struct WanPipeline {
 struct WanBatch {
     frames: usize,
     condition: Option<ImageCondition>,
+    /// TI2V-5B image-to-video: the init image's normalised latent [w, h, C], the first frame.
+    first_frame: Option<Vec<f32>>,
 }
 
 impl WanPipeline {
@@ -127,7 +131,7 @@ impl WanPipeline {
         }
         bar.tick();
 
-        let (vae, stats) = load_vae(vae_files, ctx, c.out_channels)?;
+        let (vae, stats, wan22) = load_vae(vae_files, ctx, c.out_channels)?;
         bar.tick();
         Ok(Self {
             tokenizer,
@@ -142,6 +146,7 @@ impl WanPipeline {
             states: Memo::new(2),
             high,
             clip,
+            wan22,
             batch: None,
         })
     }
@@ -183,8 +188,12 @@ impl WanPipeline {
         lat: [usize; 4],
         text: &HostTensor,
         sigma: f32,
-        condition: Option<&ImageCondition>,
+        extra: CallExtras<'_>,
     ) -> Result<Vec<f32>> {
+        let CallExtras {
+            condition,
+            frame_timesteps,
+        } = extra;
         let model = &dit.model;
         let [w, h, t, _] = lat;
         let mut input = x.to_vec();
@@ -201,7 +210,10 @@ impl WanPipeline {
                     .map(|clip| g.input_f32("wan.image", clip.ne, clip.data.clone())),
                 timestep: sigma * 1000.0,
             };
-            model.forward(g, &inputs)
+            match frame_timesteps {
+                Some(ts) => model.forward_per_frame(g, &inputs, ts),
+                None => model.forward(g, &inputs),
+            }
         })?;
         Ok(v.data)
     }
@@ -211,9 +223,10 @@ impl WanPipeline {
         &self,
         req: PassRequest<'_>,
         frames: usize,
-        condition: Option<&ImageCondition>,
+        cond_in: Conditioning<'_>,
         expert: Option<&HighNoiseJob<'_>>,
     ) -> Result<HostTensor> {
+        let condition = cond_in.condition;
         crate::pipeline::check_size(req.width, req.height, self.size_multiple())?;
         let t0 = Instant::now();
         let cond = self.encode_prompt(req.prompt)?;
@@ -234,6 +247,7 @@ impl WanPipeline {
             uncond: uncond.as_ref(),
             lat: [lw, lh, frames, c],
             condition,
+            first: cond_in.first,
         };
         if let (Some(high), Some(expert)) = (&self.high, expert) {
             if req.preview.is_some() || req.mask.is_some() {
@@ -436,14 +450,73 @@ struct WanModel<'a> {
     uncond: Option<&'a HostTensor>,
     lat: [usize; 4],
     condition: Option<&'a ImageCondition>,
+    /// TI2V-5B: the first latent frame, fixed (see [`WanModel::predict`]).
+    first: Option<&'a [f32]>,
+}
+
+/// What one transformer call reads beyond latent, text and sigma.
+#[derive(Clone, Copy)]
+struct CallExtras<'a> {
+    condition: Option<&'a ImageCondition>,
+    /// One timestep per latent frame (TI2V's fixed first frame at 0).
+    frame_timesteps: Option<&'a [f32]>,
+}
+
+/// What a sampling pass is conditioned on beyond the text.
+#[derive(Clone, Copy)]
+struct Conditioning<'a> {
+    condition: Option<&'a ImageCondition>,
+    first: Option<&'a [f32]>,
 }
 
 impl GuidedModel for WanModel<'_> {
+    /// With a fixed first frame (TI2V-5B image-to-video, as upstream and diffusers'
+    /// `expand_timesteps`): the transformer sees that frame clean at timestep 0 and the others
+    /// at the step's; its velocity there is replaced by the one whose denoised estimate is the
+    /// frame itself, so the sampler lands on it.
     fn predict(&mut self, call: ModelCall<'_>) -> Result<Predictions, String> {
+        let [w, h, t, c] = self.lat;
+        let plane = w * h;
+        let x_in = match self.first {
+            Some(f0) => {
+                let mut x = call.x.to_vec();
+                for ch in 0..c {
+                    let at = ch * t * plane;
+                    x[at..at + plane].copy_from_slice(&f0[ch * plane..(ch + 1) * plane]);
+                }
+                x
+            }
+            None => call.x.to_vec(),
+        };
+        let frame_t = self.first.map(|_| {
+            let mut ts = vec![call.sigma * 1000.0; t];
+            ts[0] = 0.0;
+            ts
+        });
         Predictions::one_call_each(&call, self.cond, self.uncond, |text, _| {
-            self.pipe
-                .velocity(self.dit, call.x, self.lat, text, call.sigma, self.condition)
-                .map_err(|e| format!("{e:#}"))
+            let mut v = self
+                .pipe
+                .velocity(
+                    self.dit,
+                    &x_in,
+                    self.lat,
+                    text,
+                    call.sigma,
+                    CallExtras {
+                        condition: self.condition,
+                        frame_timesteps: frame_t.as_deref(),
+                    },
+                )
+                .map_err(|e| format!("{e:#}"))?;
+            if let (Some(f0), true) = (self.first, call.sigma > 0.0) {
+                for ch in 0..c {
+                    let at = ch * t * plane;
+                    for i in 0..plane {
+                        v[at + i] = (call.x[at + i] - f0[ch * plane + i]) / call.sigma;
+                    }
+                }
+            }
+            Ok(v)
         })
     }
 }
@@ -483,6 +556,31 @@ impl Generator for WanPipeline {
                         .into(),
                 ));
             }
+            if self.wan22 && frames > 1 && batch.init.is_some() {
+                if batch.mask.is_some() || batch.hires {
+                    return Err(Error::Unsupported(
+                        "--mask and --hires are not supported by Wan 2.2 TI2V videos".into(),
+                    ));
+                }
+                let (w, h) = (batch.width, batch.height);
+                let first = batch
+                    .init
+                    .map(|img| self.vae.encode_init(img, w, h, batch.tiling))
+                    .transpose()?
+                    .map(|z| z.data);
+                self.batch = Some(Prepared {
+                    width: w,
+                    height: h,
+                    init: None,
+                    mask: None,
+                    extra: WanBatch {
+                        frames,
+                        condition: None,
+                        first_frame: first,
+                    },
+                });
+                return Ok(());
+            }
             if frames > 1 && (batch.init.is_some() || batch.mask.is_some() || batch.hires) {
                 return Err(Error::Unsupported(
                     "--init-img, --mask and --hires need a Wan image-to-video model for videos; \
@@ -499,6 +597,7 @@ impl Generator for WanPipeline {
                 extra: WanBatch {
                     frames,
                     condition: None,
+                    first_frame: None,
                 },
             });
             return Ok(());
@@ -517,6 +616,7 @@ impl Generator for WanPipeline {
             extra: WanBatch {
                 frames,
                 condition: Some(condition),
+                first_frame: None,
             },
         });
         Ok(())
@@ -526,10 +626,16 @@ impl Generator for WanPipeline {
         let batch = Prepared::get(&self.batch)?;
         let frames = batch.extra.frames;
         let condition = batch.extra.condition.as_ref();
+        let first = batch.extra.first_frame.as_deref();
         let tiling = job.tiling;
         let expert = job.high_noise;
         let x = crate::pipeline::passes::sample_passes(job, batch, &self.vae, |req| {
-            self.sample(req, frames, condition, expert.as_ref())
+            self.sample(
+                req,
+                frames,
+                Conditioning { condition, first },
+                expert.as_ref(),
+            )
         })?;
         if frames == 1 {
             return self.vae.decode(&x, tiling);

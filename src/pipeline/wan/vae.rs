@@ -47,19 +47,21 @@ fn pick_stats(
 }
 
 /// Loads the VAE for video (time convolutions included; the encoder when the run needs it) and
-/// its statistics; `channels` is the transformer's latent width.
+/// its statistics; `channels` is the transformer's latent width. The flag says whether it is
+/// the Wan 2.2 VAE (TI2V-5B, whose image-to-video fixes the first latent frame).
 pub fn load_vae(
     files: &ComponentStore,
     ctx: &LoadContext<'_>,
     channels: usize,
-) -> Result<(VaeStage, LatentStats)> {
+) -> Result<(VaeStage, LatentStats, bool)> {
     let json = files.config().and_then(LatentStats::from_diffusers_config);
     let src = StoreSource::new(&files.store, ComponentId::Vae.prefix());
     let opts = ctx.load_options(ComponentId::Vae, false)?;
     let need_encoder = ctx.needs.encoder;
     let no_decoder = || Error::Unsupported("the VAE file has no decoder weights".into());
     let mut stats = None;
-    let stage = if is_wan22(files) {
+    let wan22 = is_wan22(files);
+    let stage = if wan22 {
         let vae = Runner::load("vae", &src, opts, |wb| -> Result<Wan22Vae> {
             let mut config = Wan22VaeConfig::detect(wb)?;
             if !config.decoder {
@@ -100,5 +102,5 @@ pub fn load_vae(
         VaeStage::new(vae, LatentNorm::Stats(s))
     };
     let stats = stats.ok_or_else(no_decoder)?;
-    Ok((stage, stats))
+    Ok((stage, stats, wan22))
 }
