@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::detect::{count_layers, heads_and_act, projection_dim};
 use crate::runner::{RunnerError, WeightBuilder};
 
 const ORIGIN: &str = "the CLIP text encoder weights";
@@ -30,6 +31,16 @@ impl ClipActivation {
             "quick_gelu" => Some(Self::QuickGelu),
             "gelu" => Some(Self::Gelu),
             _ => None,
+        }
+    }
+
+    /// `config.json`'s `hidden_act`, else gelu for an OpenCLIP-layout file (OpenCLIP's towers
+    /// all use it), else what the caller knows the component is.
+    pub(crate) fn resolve(hidden_act: Option<Self>, openclip_layout: bool, fallback: Self) -> Self {
+        match (hidden_act, openclip_layout) {
+            (Some(act), _) => act,
+            (None, true) => Self::Gelu,
+            (None, false) => fallback,
         }
     }
 }
@@ -70,20 +81,9 @@ impl ClipHparams {
             origin: ORIGIN.into(),
             reason,
         };
-        if let Some(v) = text.get("num_attention_heads") {
-            let heads = v
-                .as_u64()
-                .filter(|&h| h > 0)
-                .ok_or_else(|| bad(format!("num_attention_heads {v} is not a positive integer")))?;
-            self.heads = Some(heads as usize);
-        }
-        if let Some(v) = text.get("hidden_act") {
-            let act = v
-                .as_str()
-                .and_then(ClipActivation::from_hidden_act)
-                .ok_or_else(|| bad(format!("hidden_act {v} is not quick_gelu or gelu")))?;
-            self.hidden_act = Some(act);
-        }
+        let (heads, act) = heads_and_act(text, bad)?;
+        self.heads = heads.or(self.heads);
+        self.hidden_act = act.or(self.hidden_act);
         if let Some(eps) = text.get("layer_norm_eps").and_then(Value::as_f64) {
             self.eps = Some(eps as f32);
         }
@@ -98,11 +98,7 @@ impl ClipHparams {
 
     /// The activation by the precedence above.
     pub fn activation(&self) -> ClipActivation {
-        match (self.hidden_act, self.openclip_layout) {
-            (Some(act), _) => act,
-            (None, true) => ClipActivation::Gelu,
-            (None, false) => self.fallback_act,
-        }
+        ClipActivation::resolve(self.hidden_act, self.openclip_layout, self.fallback_act)
     }
 }
 
@@ -151,15 +147,7 @@ impl ClipConfig {
                 format!("input width {fc1_in} is not hidden {hidden}"),
             ));
         }
-        let layers = (0..)
-            .take_while(|i| tm.contains(&format!("encoder.layers.{i}.self_attn.out_proj.weight")))
-            .count();
-        if layers == 0 {
-            return Err(RunnerError::MissingTensor {
-                key: tm.key("encoder.layers.0.self_attn.out_proj.weight"),
-                origin: ORIGIN.into(),
-            });
-        }
+        let layers = count_layers(&tm, ORIGIN)?;
 
         let heads = hp.heads.unwrap_or((hidden / HEAD_SIZE).max(1));
         if heads == 0 || hidden % heads != 0 {
@@ -170,17 +158,7 @@ impl ClipConfig {
             ));
         }
 
-        let projection_dim = match wb.source_ne(super::source::PROJECTION) {
-            None => None,
-            Some([p_in, proj, 1, 1]) if p_in == hidden && proj > 0 => Some(proj),
-            Some(ne) => {
-                return Err(wb.bad_data(
-                    super::source::PROJECTION,
-                    ORIGIN,
-                    format!("shape {ne:?} is not a [{hidden}, proj] projection"),
-                ))
-            }
-        };
+        let projection_dim = projection_dim(wb, super::source::PROJECTION, hidden, ORIGIN)?;
 
         let config = Self {
             vocab,

@@ -33,7 +33,10 @@
 //! a `Linear` weight, `x @ Pᵀ`, for OpenCLIP-layout files.
 
 mod config;
+pub(crate) mod detect;
+pub(crate) mod layer;
 mod model;
+pub(crate) mod served;
 mod source;
 
 pub use config::{ClipActivation, ClipConfig, ClipHparams, DEFAULT_EPS, HEAD_SIZE};
@@ -138,7 +141,7 @@ pub fn encode(
         });
     }
 
-    let mut out = runner.compute(|g| {
+    let out = runner.compute(|g| {
         let extra = extra.map(|e| {
             g.input_f32(
                 "clip.extra_embeddings",
@@ -149,16 +152,31 @@ pub fn encode(
         let t = model.forward(g, ids, extra, want);
         t.hidden.into_iter().chain(t.pooled).collect()
     })?;
-    let missing = || RunnerError::Internal("CLIP graph returned fewer outputs".into());
-    let pooled = match want.pooled {
-        Some(_) => Some(out.pop().ok_or_else(missing)?),
-        None => None,
-    };
-    let hidden = match want.hidden {
-        Some(_) => Some(out.pop().ok_or_else(missing)?),
-        None => None,
-    };
+    let (hidden, pooled) =
+        split_outputs(out, want.hidden.is_some(), want.pooled.is_some(), "CLIP")?;
     Ok(ClipEncoded { hidden, pooled })
+}
+
+/// Splits a graph's outputs, computed as the hidden state then the pooled one (each only when
+/// asked), back into the two; `what` names the graph should it return fewer.
+pub(crate) fn split_outputs(
+    mut out: Vec<HostTensor>,
+    hidden: bool,
+    pooled: bool,
+    what: &str,
+) -> Result<(Option<HostTensor>, Option<HostTensor>), RunnerError> {
+    let missing = || RunnerError::Internal(format!("{what} graph returned fewer outputs"));
+    let pooled = if pooled {
+        Some(out.pop().ok_or_else(missing)?)
+    } else {
+        None
+    };
+    let hidden = if hidden {
+        Some(out.pop().ok_or_else(missing)?)
+    } else {
+        None
+    };
+    Ok((hidden, pooled))
 }
 
 #[cfg(test)]

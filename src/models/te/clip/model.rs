@@ -8,10 +8,11 @@
 //! padding tokens before the query.
 
 use crate::ggml::Tensor;
-use crate::nn::{self, AttentionMask, LayerNorm, Linear};
+use crate::nn::{AttentionMask, LayerNorm, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
-use super::config::{ClipActivation, ClipConfig};
+use super::config::ClipConfig;
+use super::layer::EncoderLayer;
 use super::source::PROJECTION;
 
 /// The hidden-state output of a call.
@@ -45,67 +46,12 @@ pub struct ClipTensors<'g> {
     pub pooled: Option<Tensor<'g>>,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Layer {
-    ln1: LayerNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    out: Linear,
-    ln2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-}
-
-impl Layer {
-    fn new(wb: &WeightBuilder<'_, '_>, c: &ClipConfig) -> Result<Self, RunnerError> {
-        let (d, ff) = (c.hidden, c.intermediate);
-        let attn = wb.pp("self_attn");
-        let mlp = wb.pp("mlp");
-        Ok(Self {
-            ln1: LayerNorm::new(&wb.pp("layer_norm1"), d, c.eps, true)?,
-            q: Linear::new(&attn.pp("q_proj"), d, d, true)?,
-            k: Linear::new(&attn.pp("k_proj"), d, d, true)?,
-            v: Linear::new(&attn.pp("v_proj"), d, d, true)?,
-            out: Linear::new(&attn.pp("out_proj"), d, d, true)?,
-            ln2: LayerNorm::new(&wb.pp("layer_norm2"), d, c.eps, true)?,
-            fc1: Linear::new(&mlp.pp("fc1"), d, ff, true)?,
-            fc2: Linear::new(&mlp.pp("fc2"), ff, d, true)?,
-        })
-    }
-
-    /// x: [hidden, n] → [hidden, n].
-    fn forward<'g>(
-        &self,
-        g: &'g GraphCtx<'g>,
-        c: &ClipConfig,
-        x: Tensor<'g>,
-        mask: &AttentionMask<'g>,
-    ) -> Tensor<'g> {
-        let h = self.ln1.forward(g, x);
-        let (q, k, v) = (
-            self.q.forward(g, h),
-            self.k.forward(g, h),
-            self.v.forward(g, h),
-        );
-        let attn = nn::attention(g, q, k, v, c.heads, Some(mask));
-        let x = g.add(x, self.out.forward(g, attn));
-
-        let h = self.fc1.forward(g, self.ln2.forward(g, x));
-        let h = match c.act {
-            ClipActivation::QuickGelu => nn::quick_gelu(g, h),
-            ClipActivation::Gelu => g.gelu_erf(h),
-        };
-        g.add(x, self.fc2.forward(g, h))
-    }
-}
-
 /// transformers `CLIPTextModel` (+ `text_projection` of `CLIPTextModelWithProjection`).
 pub struct ClipTextModel {
     config: ClipConfig,
     token_embedding: Param,
     position_embedding: Param,
-    layers: Vec<Layer>,
+    layers: Vec<EncoderLayer>,
     final_norm: LayerNorm,
     projection: Option<Linear>,
 }
@@ -127,7 +73,14 @@ impl ClipTextModel {
             Storage::F32,
         )?;
         let layers = (0..c.layers)
-            .map(|i| Layer::new(&tm.pp("encoder.layers").pp(i), c))
+            .map(|i| {
+                EncoderLayer::new(
+                    &tm.pp("encoder.layers").pp(i),
+                    c.hidden,
+                    c.intermediate,
+                    c.eps,
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let final_norm = LayerNorm::new(&tm.pp("final_layer_norm"), c.hidden, c.eps, true)?;
         let projection = match c.projection_dim {
@@ -189,7 +142,7 @@ impl ClipTextModel {
 
         let mut hidden = (hidden_layers == Some(0)).then_some(x);
         for (i, layer) in self.layers[..depth].iter().enumerate() {
-            x = layer.forward(g, c, x, &mask);
+            x = layer.forward(g, x, c.heads, c.act, Some(&mask));
             x = g.cut(&format!("clip.layers.{i}"), "x", x);
             if hidden_layers == Some(i + 1) {
                 hidden = Some(x);

@@ -16,17 +16,13 @@
 //!   (`name_conversion.cpp`), where an OpenCLIP origin keeps the fused
 //!   `self_attn.in_proj.{weight,bias}` and the projection is `text_model.text_projection`.
 //!
-//! A fused in_proj [D, 3·D] (ggml order) stacks q, k and v by rows; each row is contiguous in
-//! every file format (a quantized row is whole blocks), so q/k/v are served as byte sub-slices
-//! of it, in the file's own type. Serving them split keeps one model (separate q/k/v linears
-//! under HF names, as LoRA files name them) for every layout, at no copy for mapped files.
+//! A fused in_proj is served split into q/k/v (`served.rs`): that keeps one model (separate q/k/v
+//! linears under HF names, as LoRA files name them) for every layout.
 //!
 //! OpenCLIP's `text_projection` is [width, proj] and used as `x @ P`; it is served transposed,
 //! as the `Linear` weight transformers stores.
 
-use std::borrow::Cow;
-
-use crate::dtype::DType;
+use super::served::{openclip_layer_name, Orientation, Served};
 use crate::runner::{SourceTensor, StoreSource, WeightSource};
 use crate::weights::TensorStore;
 
@@ -56,15 +52,26 @@ impl ClipLayout {
     pub fn is_openclip(self) -> bool {
         matches!(self, ClipLayout::OpenClip(_))
     }
-}
 
-/// Orientation of a projection matrix as found in the file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Orientation {
-    /// A `Linear` weight: ggml [hidden, proj].
-    Linear,
-    /// OpenCLIP's `x @ P` matrix: ggml [proj, hidden].
-    OpenClip,
+    /// The first transformers prefix under which `inner` has `{prefix}{probe}`, else the first
+    /// such OpenCLIP prefix, else the first transformers one (so errors name the transformers
+    /// key). Shared with the vision tower, which probes its own names.
+    pub(crate) fn detect(
+        inner: &StoreSource<'_>,
+        (hf, hf_probe): (&[&'static str], &str),
+        (openclip, openclip_probe): (&[&'static str], &str),
+    ) -> Self {
+        let under = |prefixes: &[&'static str], probe: &str| {
+            prefixes
+                .iter()
+                .copied()
+                .find(|p| inner.contains(&format!("{p}{probe}")))
+        };
+        under(hf, hf_probe)
+            .map(ClipLayout::Hf)
+            .or_else(|| under(openclip, openclip_probe).map(ClipLayout::OpenClip))
+            .unwrap_or(ClipLayout::Hf(hf[0]))
+    }
 }
 
 /// CLIP text weights from a [`TensorStore`] under `prefix`, looked up by transformers names.
@@ -81,21 +88,11 @@ impl<'s> ClipSource<'s> {
     /// layout defaults to `text_model.` names, so errors name the transformers key.
     pub fn new(store: &'s TensorStore, prefix: &str) -> Self {
         let inner = StoreSource::new(store, prefix);
-        let hf = HF_LAYOUTS
-            .iter()
-            .copied()
-            .find(|p| inner.contains(&format!("{p}embeddings.token_embedding.weight")))
-            .map(ClipLayout::Hf);
-        let openclip = || {
-            OPENCLIP_LAYOUTS
-                .iter()
-                .copied()
-                .find(|p| inner.contains(&format!("{p}token_embedding.weight")))
-                .map(ClipLayout::OpenClip)
-        };
-        let layout = hf
-            .or_else(openclip)
-            .unwrap_or(ClipLayout::Hf(HF_LAYOUTS[0]));
+        let layout = ClipLayout::detect(
+            &inner,
+            (&HF_LAYOUTS, "embeddings.token_embedding.weight"),
+            (&OPENCLIP_LAYOUTS, "token_embedding.weight"),
+        );
         let projection = find_projection(store, prefix, layout);
         Self {
             inner,
@@ -112,10 +109,7 @@ impl<'s> ClipSource<'s> {
     /// The file's name of a served tensor, or a split / transposed form of one.
     fn resolve(&self, name: &str) -> Option<Served> {
         if name == PROJECTION {
-            return self.projection.as_ref().map(|(n, o)| match o {
-                Orientation::Linear => Served::Direct(n.clone()),
-                Orientation::OpenClip => Served::Transposed(n.clone()),
-            });
+            return Served::projection(self.projection.as_ref());
         }
         let inner = name.strip_prefix(TEXT_MODEL)?;
         match self.layout {
@@ -124,26 +118,11 @@ impl<'s> ClipSource<'s> {
                 if self.inner.contains(&direct) {
                     return Some(Served::Direct(direct));
                 }
-                let (layer, part, leaf) = qkv_part(inner)?;
-                Some(Served::Part(
-                    format!("{p}encoder.layers.{layer}.self_attn.in_proj.{leaf}"),
-                    part,
-                ))
+                Served::hf_fused(p, inner)
             }
-            ClipLayout::OpenClip(p) => {
-                if let Some((layer, part, leaf)) = qkv_part(inner) {
-                    let fused = format!("{p}transformer.resblocks.{layer}.attn.in_proj_{leaf}");
-                    return Some(Served::Part(fused, part));
-                }
-                openclip_name(inner).map(|n| Served::Direct(format!("{p}{n}")))
-            }
+            ClipLayout::OpenClip(p) => Served::openclip_fused(p, inner)
+                .or_else(|| openclip_name(inner).map(|n| Served::Direct(format!("{p}{n}")))),
         }
-    }
-
-    fn file_name(&self, name: &str) -> Option<String> {
-        self.resolve(name).map(|s| match s {
-            Served::Direct(n) | Served::Part(n, _) | Served::Transposed(n) => n,
-        })
     }
 }
 
@@ -192,31 +171,6 @@ fn find_projection(
     Some((name, orientation))
 }
 
-/// How a served tensor comes out of the file.
-enum Served {
-    Direct(String),
-    /// Rows `part·D..(part+1)·D` of a fused [D, 3·D] weight (or elements of a [3·D] bias).
-    Part(String, usize),
-    /// An OpenCLIP projection, transposed.
-    Transposed(String),
-}
-
-/// `encoder.layers.N.self_attn.{q,k,v}_proj.{weight,bias}` → (N, 0/1/2, leaf).
-fn qkv_part(inner: &str) -> Option<(usize, usize, &str)> {
-    let rest = inner.strip_prefix("encoder.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer = layer.parse().ok()?;
-    let tail = tail.strip_prefix("self_attn.")?;
-    let (proj, leaf) = tail.split_once('.')?;
-    let part = match proj {
-        "q_proj" => 0,
-        "k_proj" => 1,
-        "v_proj" => 2,
-        _ => return None,
-    };
-    matches!(leaf, "weight" | "bias").then_some((layer, part, leaf))
-}
-
 /// transformers name (inside `text_model.`) → OpenCLIP name, for the one-to-one renames.
 /// Layer map as in stable-diffusion.cpp's `convert_open_clip_to_hf_clip_name`.
 fn openclip_name(inner: &str) -> Option<String> {
@@ -228,69 +182,7 @@ fn openclip_name(inner: &str) -> Option<String> {
     if let Some(leaf) = inner.strip_prefix("final_layer_norm.") {
         return Some(format!("ln_final.{leaf}"));
     }
-    let rest = inner.strip_prefix("encoder.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (module, leaf) = tail.rsplit_once('.')?;
-    let short = match module {
-        "layer_norm1" => "ln_1",
-        "layer_norm2" => "ln_2",
-        "self_attn.out_proj" => "attn.out_proj",
-        "mlp.fc1" => "mlp.c_fc",
-        "mlp.fc2" => "mlp.c_proj",
-        _ => return None,
-    };
-    Some(format!("transformer.resblocks.{layer}.{short}.{leaf}"))
-}
-
-/// Part `part` of 3 equal row blocks of `t` (rows are contiguous in every format).
-fn third(t: SourceTensor<'_>, part: usize) -> SourceTensor<'_> {
-    let [ne0, ne1, ne2, ne3] = t.ne;
-    let (ne, rows) = if t.n_dims == 1 {
-        ([ne0 / 3, 1, 1, 1], ne0)
-    } else {
-        ([ne0, ne1 / 3, ne2, ne3], ne1)
-    };
-    let len = t.bytes.len();
-    if !rows.is_multiple_of(3) || ne2 != 1 || ne3 != 1 || !len.is_multiple_of(3) {
-        // Served whole: the declared shape check reports it.
-        return t;
-    }
-    let range = part * len / 3..(part + 1) * len / 3;
-    let bytes = match t.bytes {
-        Cow::Borrowed(b) => Cow::Borrowed(&b[range]),
-        Cow::Owned(v) => Cow::Owned(v[range].to_vec()),
-    };
-    SourceTensor { ne, bytes, ..t }
-}
-
-/// `t` ([proj, hidden] in ggml order) transposed to [hidden, proj], as f32.
-fn transposed(t: SourceTensor<'_>) -> Option<SourceTensor<'_>> {
-    let [cols, rows, ne2, ne3] = t.ne;
-    if ne2 != 1 || ne3 != 1 {
-        return Some(t);
-    }
-    let values = (t.to_f32)(&t.bytes).ok()?;
-    if values.len() != cols * rows {
-        return Some(t);
-    }
-    let mut out = vec![0f32; values.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = values[r * cols + c];
-        }
-    }
-    Some(SourceTensor {
-        ne: [rows, cols, 1, 1],
-        n_dims: 2,
-        ggml_type: Some(DType::F32),
-        bytes: Cow::Owned(out.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        to_f32: Box::new(|b: &[u8]| {
-            Ok(b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect())
-        }),
-        origin: t.origin,
-    })
+    openclip_layer_name(inner)
 }
 
 impl WeightSource for ClipSource<'_> {
@@ -299,16 +191,12 @@ impl WeightSource for ClipSource<'_> {
     }
 
     fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
-        match self.resolve(name)? {
-            Served::Direct(n) => self.inner.tensor(&n),
-            Served::Part(n, part) => self.inner.tensor(&n).map(|t| third(t, part)),
-            Served::Transposed(n) => self.inner.tensor(&n).and_then(transposed),
-        }
+        self.resolve(name)?.tensor(&self.inner)
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.file_name(name)
-            .is_some_and(|n| self.inner.contains(&n))
+        self.resolve(name)
+            .is_some_and(|s| self.inner.contains(s.file_name()))
     }
 
     fn describe(&self) -> String {
@@ -319,16 +207,6 @@ impl WeightSource for ClipSource<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn qkv_names_split() {
-        assert_eq!(
-            qkv_part("encoder.layers.11.self_attn.k_proj.bias"),
-            Some((11, 1, "bias"))
-        );
-        assert_eq!(qkv_part("encoder.layers.1.self_attn.out_proj.bias"), None);
-        assert_eq!(qkv_part("encoder.layers.x.self_attn.q_proj.weight"), None);
-    }
 
     #[test]
     fn openclip_renames() {

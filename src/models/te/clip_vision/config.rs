@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::source::{PROJECTION, TOWER};
+use crate::models::te::clip::detect::{count_layers, heads_and_act, projection_dim};
 use crate::models::te::clip::ClipActivation;
 use crate::runner::{RunnerError, WeightBuilder};
 use crate::weights::TensorStore;
@@ -57,20 +58,9 @@ impl ClipVisionHparams {
             origin: ORIGIN.into(),
             reason,
         };
-        if let Some(v) = vision.get("num_attention_heads") {
-            let heads = v
-                .as_u64()
-                .filter(|&h| h > 0)
-                .ok_or_else(|| bad(format!("num_attention_heads {v} is not a positive integer")))?;
-            self.heads = Some(heads as usize);
-        }
-        if let Some(v) = vision.get("hidden_act") {
-            let act = v
-                .as_str()
-                .and_then(ClipActivation::from_hidden_act)
-                .ok_or_else(|| bad(format!("hidden_act {v} is not quick_gelu or gelu")))?;
-            self.hidden_act = Some(act);
-        }
+        let (heads, act) = heads_and_act(vision, bad)?;
+        self.heads = heads.or(self.heads);
+        self.hidden_act = act.or(self.hidden_act);
         if let Some(v) = vision.get("layer_norm_eps") {
             let eps = v
                 .as_f64()
@@ -106,11 +96,7 @@ impl ClipVisionHparams {
 
     /// The activation by the precedence above.
     pub fn activation(&self) -> ClipActivation {
-        match (self.hidden_act, self.openclip_layout) {
-            (Some(act), _) => act,
-            (None, true) => ClipActivation::Gelu,
-            (None, false) => self.fallback_act,
-        }
+        ClipActivation::resolve(self.hidden_act, self.openclip_layout, self.fallback_act)
     }
 }
 
@@ -193,15 +179,7 @@ impl ClipVisionConfig {
                 format!("shape [{fc1_in}, {intermediate}] does not take the hidden width {hidden}"),
             ));
         }
-        let layers = (0..)
-            .take_while(|i| vm.contains(&format!("encoder.layers.{i}.self_attn.out_proj.weight")))
-            .count();
-        if layers == 0 {
-            return Err(RunnerError::MissingTensor {
-                key: vm.key("encoder.layers.0.self_attn.out_proj.weight"),
-                origin: ORIGIN.into(),
-            });
-        }
+        let layers = count_layers(&vm, ORIGIN)?;
 
         let heads = hp.heads.unwrap_or(DEFAULT_HEADS);
         if heads == 0 || !hidden.is_multiple_of(heads) {
@@ -214,17 +192,7 @@ impl ClipVisionConfig {
             ));
         }
 
-        let projection_dim = match wb.source_ne(PROJECTION) {
-            None => None,
-            Some([p_in, proj, 1, 1]) if p_in == hidden && proj > 0 => Some(proj),
-            Some(ne) => {
-                return Err(wb.bad_data(
-                    PROJECTION,
-                    ORIGIN,
-                    format!("shape {ne:?} is not a [{hidden}, proj] projection"),
-                ))
-            }
-        };
+        let projection_dim = projection_dim(wb, PROJECTION, hidden, ORIGIN)?;
 
         let config = Self {
             hidden,

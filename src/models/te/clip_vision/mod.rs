@@ -59,7 +59,7 @@ pub use model::{
 pub use preprocess::{clip_vision_preprocess, clip_vision_resize_size};
 pub use source::{ClipVisionLayout, ClipVisionSource, PROJECTION, TOWER};
 
-use crate::models::te::clip::clip_skip_layers;
+use crate::models::te::clip::{clip_skip_layers, split_outputs};
 use crate::runner::{Runner, RunnerError};
 use crate::tensor::HostTensor;
 
@@ -172,20 +172,17 @@ pub fn encode(
             pooled: None,
         });
     }
-    let mut out = runner.compute(|g| {
+    let out = runner.compute(|g| {
         let x = g.input_f32("clip_vision.pixel_values", pixels.ne, pixels.data.clone());
         let t = model.forward(g, x, want);
         t.hidden.into_iter().chain(t.pooled).collect()
     })?;
-    let missing = || RunnerError::Internal("CLIP vision graph returned fewer outputs".into());
-    let pooled = match want.pooled {
-        Some(_) => Some(out.pop().ok_or_else(missing)?),
-        None => None,
-    };
-    let hidden = match want.hidden {
-        Some(_) => Some(out.pop().ok_or_else(missing)?),
-        None => None,
-    };
+    let (hidden, pooled) = split_outputs(
+        out,
+        want.hidden.is_some(),
+        want.pooled.is_some(),
+        "CLIP vision",
+    )?;
     Ok(ClipVisionEncoded { hidden, pooled })
 }
 

@@ -9,8 +9,8 @@
 //! transformers flattens them.
 
 use crate::ggml::Tensor;
-use crate::models::te::clip::ClipActivation;
-use crate::nn::{self, Conv2d, LayerNorm, Linear};
+use crate::models::te::clip::layer::EncoderLayer;
+use crate::nn::{Conv2d, LayerNorm, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
 use super::config::ClipVisionConfig;
@@ -51,56 +51,6 @@ pub struct ClipVisionTensors<'g> {
     pub pooled: Option<Tensor<'g>>,
 }
 
-/// One encoder layer (transformers `CLIPEncoderLayer`), attending to every token.
-#[derive(Clone, Copy, Debug)]
-struct Layer {
-    ln1: LayerNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    out: Linear,
-    ln2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-}
-
-impl Layer {
-    fn new(wb: &WeightBuilder<'_, '_>, c: &ClipVisionConfig) -> Result<Self, RunnerError> {
-        let (d, ff) = (c.hidden, c.intermediate);
-        let attn = wb.pp("self_attn");
-        let mlp = wb.pp("mlp");
-        Ok(Self {
-            ln1: LayerNorm::new(&wb.pp("layer_norm1"), d, c.eps, true)?,
-            q: Linear::new(&attn.pp("q_proj"), d, d, true)?,
-            k: Linear::new(&attn.pp("k_proj"), d, d, true)?,
-            v: Linear::new(&attn.pp("v_proj"), d, d, true)?,
-            out: Linear::new(&attn.pp("out_proj"), d, d, true)?,
-            ln2: LayerNorm::new(&wb.pp("layer_norm2"), d, c.eps, true)?,
-            fc1: Linear::new(&mlp.pp("fc1"), d, ff, true)?,
-            fc2: Linear::new(&mlp.pp("fc2"), ff, d, true)?,
-        })
-    }
-
-    /// x: [hidden, n] → [hidden, n].
-    fn forward<'g>(&self, g: &'g GraphCtx<'g>, c: &ClipVisionConfig, x: Tensor<'g>) -> Tensor<'g> {
-        let h = self.ln1.forward(g, x);
-        let (q, k, v) = (
-            self.q.forward(g, h),
-            self.k.forward(g, h),
-            self.v.forward(g, h),
-        );
-        let attn = nn::attention(g, q, k, v, c.heads, None);
-        let x = g.add(x, self.out.forward(g, attn));
-
-        let h = self.fc1.forward(g, self.ln2.forward(g, x));
-        let h = match c.act {
-            ClipActivation::QuickGelu => nn::quick_gelu(g, h),
-            ClipActivation::Gelu => g.gelu_erf(h),
-        };
-        g.add(x, self.fc2.forward(g, h))
-    }
-}
-
 /// transformers `CLIPVisionModel` (+ `visual_projection` of `CLIPVisionModelWithProjection`).
 pub struct ClipVisionModel {
     config: ClipVisionConfig,
@@ -108,7 +58,7 @@ pub struct ClipVisionModel {
     class_embedding: Param,
     position_embedding: Param,
     pre_norm: LayerNorm,
-    layers: Vec<Layer>,
+    layers: Vec<EncoderLayer>,
     post_norm: LayerNorm,
     projection: Option<Linear>,
 }
@@ -138,7 +88,7 @@ impl ClipVisionModel {
                 .get("weight", [d, c.tokens(), 1, 1], Storage::F32)?;
         let pre_norm = LayerNorm::new(&vm.pp("pre_layrnorm"), d, c.eps, true)?;
         let layers = (0..c.layers)
-            .map(|i| Layer::new(&vm.pp("encoder.layers").pp(i), c))
+            .map(|i| EncoderLayer::new(&vm.pp("encoder.layers").pp(i), d, c.intermediate, c.eps))
             .collect::<Result<Vec<_>, _>>()?;
         let post_norm = LayerNorm::new(&vm.pp("post_layernorm"), d, c.eps, true)?;
         let projection = match c.projection_dim {
@@ -188,7 +138,8 @@ impl ClipVisionModel {
         let mut hidden = (hidden_layers == Some(0)).then_some(x);
         let mut pooled = (pooled_layers == Some(0)).then_some(x);
         for (i, layer) in self.layers[..depth].iter().enumerate() {
-            x = layer.forward(g, c, x);
+            // No mask: every token attends to every other.
+            x = layer.forward(g, x, c.heads, c.act, None);
             x = g.cut(&format!("clip_vision.layers.{i}"), "x", x);
             if hidden_layers == Some(i + 1) {
                 hidden = Some(x);

@@ -18,15 +18,13 @@
 //!   `positional_embedding`, `ln_pre`, `transformer.resblocks.N.{ln_1, attn.in_proj_weight,
 //!   attn.in_proj_bias, attn.out_proj, ln_2, mlp.c_fc, mlp.c_proj}`, `ln_post`, `proj`.
 //!
-//! A fused in_proj [D, 3·D] (ggml order) stacks q, k and v by rows; rows are contiguous in every
-//! file format (a quantized row is whole blocks), so each part is served as a byte sub-slice in
-//! the file's type. OpenCLIP's `proj` is [width, proj] and used as `x @ P` (OpenCLIP,
-//! transformers' conversion script); it is served transposed, as the `Linear` weight
-//! transformers stores. GGUF files are read by the store like any other: the names decide.
+//! A fused in_proj is served split into q/k/v, as for the text tower (`clip/served.rs`).
+//! OpenCLIP's `proj` is [width, proj] and used as `x @ P` (OpenCLIP, transformers' conversion
+//! script); it is served transposed, as the `Linear` weight transformers stores. GGUF files are
+//! read by the store like any other: the names decide.
 
-use std::borrow::Cow;
-
-use crate::dtype::DType;
+use crate::models::te::clip::served::{openclip_layer_name, Orientation, Served};
+use crate::models::te::clip::ClipLayout;
 use crate::runner::{SourceTensor, StoreSource, WeightSource};
 use crate::weights::TensorStore;
 
@@ -55,31 +53,12 @@ const OPENCLIP_LAYOUTS: [&str; 5] = [
     "",
 ];
 
-/// How the file names the vision tower.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClipVisionLayout {
-    /// transformers names with the tower under this prefix (one of `vision_model.`,
-    /// `clip_vision.vision_model.`, `cond_stage_model.transformer.vision_model.` or the same
-    /// without `vision_model.`).
-    Hf(&'static str),
-    /// OpenCLIP names under this prefix (`visual.`, `model.visual.`, ... or none).
-    OpenClip(&'static str),
-}
-
-impl ClipVisionLayout {
-    pub fn is_openclip(self) -> bool {
-        matches!(self, ClipVisionLayout::OpenClip(_))
-    }
-}
-
-/// Orientation of a projection matrix as found in the file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Orientation {
-    /// A `Linear` weight: ggml [hidden, proj].
-    Linear,
-    /// OpenCLIP's `x @ P` matrix: ggml [proj, hidden].
-    OpenClip,
-}
+/// How the file names the vision tower: transformers names with the tower under `Hf`'s prefix
+/// (one of `vision_model.`, `clip_vision.vision_model.`,
+/// `cond_stage_model.transformer.vision_model.` or the same without `vision_model.`), or
+/// OpenCLIP names under `OpenClip`'s (`visual.`, `model.visual.`, ... or none). The text
+/// tower's enum, as the two differ only in prefixes.
+pub type ClipVisionLayout = ClipLayout;
 
 /// CLIP vision weights from a [`TensorStore`] under `prefix`, looked up by transformers names.
 pub struct ClipVisionSource<'s> {
@@ -95,21 +74,11 @@ impl<'s> ClipVisionSource<'s> {
     /// errors name the transformers key.
     pub fn new(store: &'s TensorStore, prefix: &str) -> Self {
         let inner = StoreSource::new(store, prefix);
-        let hf = HF_LAYOUTS
-            .iter()
-            .copied()
-            .find(|p| inner.contains(&format!("{p}embeddings.patch_embedding.weight")))
-            .map(ClipVisionLayout::Hf);
-        let openclip = || {
-            OPENCLIP_LAYOUTS
-                .iter()
-                .copied()
-                .find(|p| inner.contains(&format!("{p}conv1.weight")))
-                .map(ClipVisionLayout::OpenClip)
-        };
-        let layout = hf
-            .or_else(openclip)
-            .unwrap_or(ClipVisionLayout::Hf(HF_LAYOUTS[0]));
+        let layout = ClipLayout::detect(
+            &inner,
+            (&HF_LAYOUTS, "embeddings.patch_embedding.weight"),
+            (&OPENCLIP_LAYOUTS, "conv1.weight"),
+        );
         let projection = find_projection(store, prefix, layout);
         Self {
             inner,
@@ -126,10 +95,7 @@ impl<'s> ClipVisionSource<'s> {
     /// The file's name of a served tensor, or a split / transposed form of one.
     fn resolve(&self, name: &str) -> Option<Served> {
         if name == PROJECTION {
-            return self.projection.as_ref().map(|(n, o)| match o {
-                Orientation::Linear => Served::Direct(n.clone()),
-                Orientation::OpenClip => Served::Transposed(n.clone()),
-            });
+            return Served::projection(self.projection.as_ref());
         }
         let inner = name.strip_prefix(TOWER)?;
         match self.layout {
@@ -141,28 +107,11 @@ impl<'s> ClipVisionSource<'s> {
                 if let Some(leaf) = inner.strip_prefix("pre_layrnorm.") {
                     return Some(Served::Direct(format!("{p}pre_layernorm.{leaf}")));
                 }
-                match qkv_part(inner) {
-                    Some((layer, part, leaf)) => Some(Served::Part(
-                        format!("{p}encoder.layers.{layer}.self_attn.in_proj.{leaf}"),
-                        part,
-                    )),
-                    None => Some(Served::Direct(direct)),
-                }
+                Some(Served::hf_fused(p, inner).unwrap_or(Served::Direct(direct)))
             }
-            ClipVisionLayout::OpenClip(p) => {
-                if let Some((layer, part, leaf)) = qkv_part(inner) {
-                    let fused = format!("{p}transformer.resblocks.{layer}.attn.in_proj_{leaf}");
-                    return Some(Served::Part(fused, part));
-                }
-                openclip_name(inner).map(|n| Served::Direct(format!("{p}{n}")))
-            }
+            ClipVisionLayout::OpenClip(p) => Served::openclip_fused(p, inner)
+                .or_else(|| openclip_name(inner).map(|n| Served::Direct(format!("{p}{n}")))),
         }
-    }
-
-    fn file_name(&self, name: &str) -> Option<String> {
-        self.resolve(name).map(|s| match s {
-            Served::Direct(n) | Served::Part(n, _) | Served::Transposed(n) => n,
-        })
     }
 }
 
@@ -200,30 +149,6 @@ fn find_projection(
     Some((name, orientation))
 }
 
-/// How a served tensor comes out of the file.
-enum Served {
-    Direct(String),
-    /// Rows `part·D..(part+1)·D` of a fused [D, 3·D] weight (or elements of a [3·D] bias).
-    Part(String, usize),
-    /// An OpenCLIP projection, transposed.
-    Transposed(String),
-}
-
-/// `encoder.layers.N.self_attn.{q,k,v}_proj.{weight,bias}` → (N, 0/1/2, leaf).
-fn qkv_part(inner: &str) -> Option<(usize, usize, &str)> {
-    let rest = inner.strip_prefix("encoder.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let layer = layer.parse().ok()?;
-    let (proj, leaf) = tail.strip_prefix("self_attn.")?.split_once('.')?;
-    let part = match proj {
-        "q_proj" => 0,
-        "k_proj" => 1,
-        "v_proj" => 2,
-        _ => return None,
-    };
-    matches!(leaf, "weight" | "bias").then_some((layer, part, leaf))
-}
-
 /// transformers name (inside `vision_model.`) → OpenCLIP name, for the one-to-one renames
 /// (as stable-diffusion.cpp's `convert_open_clip_to_hf_clip_name` maps them back).
 fn openclip_name(inner: &str) -> Option<String> {
@@ -242,70 +167,7 @@ fn openclip_name(inner: &str) -> Option<String> {
     if let Some(leaf) = inner.strip_prefix("post_layernorm.") {
         return Some(format!("ln_post.{leaf}"));
     }
-    let rest = inner.strip_prefix("encoder.layers.")?;
-    let (layer, tail) = rest.split_once('.')?;
-    let (module, leaf) = tail.rsplit_once('.')?;
-    let short = match module {
-        "layer_norm1" => "ln_1",
-        "layer_norm2" => "ln_2",
-        "self_attn.out_proj" => "attn.out_proj",
-        "mlp.fc1" => "mlp.c_fc",
-        "mlp.fc2" => "mlp.c_proj",
-        _ => return None,
-    };
-    Some(format!("transformer.resblocks.{layer}.{short}.{leaf}"))
-}
-
-/// Part `part` of 3 equal row blocks of `t`; served whole (for the declared shape check to
-/// report) when it does not split.
-fn third(t: SourceTensor<'_>, part: usize) -> SourceTensor<'_> {
-    let [ne0, ne1, ne2, ne3] = t.ne;
-    let (ne, rows) = if t.n_dims == 1 {
-        ([ne0 / 3, 1, 1, 1], ne0)
-    } else {
-        ([ne0, ne1 / 3, ne2, ne3], ne1)
-    };
-    let len = t.bytes.len();
-    if !rows.is_multiple_of(3) || ne2 != 1 || ne3 != 1 || !len.is_multiple_of(3) {
-        return t;
-    }
-    let range = part * len / 3..(part + 1) * len / 3;
-    let bytes = match t.bytes {
-        Cow::Borrowed(b) => Cow::Borrowed(&b[range]),
-        Cow::Owned(v) => Cow::Owned(v[range].to_vec()),
-    };
-    SourceTensor { ne, bytes, ..t }
-}
-
-/// `t` ([proj, hidden] in ggml order) transposed to [hidden, proj], as f32; `None` when its
-/// bytes do not convert.
-fn transposed(t: SourceTensor<'_>) -> Option<SourceTensor<'_>> {
-    let [cols, rows, ne2, ne3] = t.ne;
-    if ne2 != 1 || ne3 != 1 {
-        return Some(t);
-    }
-    let values = (t.to_f32)(&t.bytes).ok()?;
-    if values.len() != cols * rows {
-        return Some(t);
-    }
-    let mut out = vec![0f32; values.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = values[r * cols + c];
-        }
-    }
-    Some(SourceTensor {
-        ne: [rows, cols, 1, 1],
-        n_dims: 2,
-        ggml_type: Some(DType::F32),
-        bytes: Cow::Owned(out.iter().flat_map(|v| v.to_le_bytes()).collect()),
-        to_f32: Box::new(|b: &[u8]| {
-            Ok(b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect())
-        }),
-        origin: t.origin,
-    })
+    openclip_layer_name(inner)
 }
 
 impl WeightSource for ClipVisionSource<'_> {
@@ -314,16 +176,12 @@ impl WeightSource for ClipVisionSource<'_> {
     }
 
     fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
-        match self.resolve(name)? {
-            Served::Direct(n) => self.inner.tensor(&n),
-            Served::Part(n, part) => self.inner.tensor(&n).map(|t| third(t, part)),
-            Served::Transposed(n) => self.inner.tensor(&n).and_then(transposed),
-        }
+        self.resolve(name)?.tensor(&self.inner)
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.file_name(name)
-            .is_some_and(|n| self.inner.contains(&n))
+        self.resolve(name)
+            .is_some_and(|s| self.inner.contains(s.file_name()))
     }
 
     fn describe(&self) -> String {
@@ -334,17 +192,6 @@ impl WeightSource for ClipVisionSource<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn qkv_names_split() {
-        assert_eq!(
-            qkv_part("encoder.layers.31.self_attn.v_proj.weight"),
-            Some((31, 2, "weight"))
-        );
-        assert_eq!(qkv_part("encoder.layers.1.self_attn.out_proj.bias"), None);
-        assert_eq!(qkv_part("encoder.layers.x.self_attn.q_proj.weight"), None);
-        assert_eq!(qkv_part("embeddings.class_embedding"), None);
-    }
 
     #[test]
     fn openclip_renames() {
@@ -360,14 +207,6 @@ mod tests {
             (
                 "encoder.layers.3.mlp.fc2.weight",
                 "transformer.resblocks.3.mlp.c_proj.weight",
-            ),
-            (
-                "encoder.layers.0.self_attn.out_proj.bias",
-                "transformer.resblocks.0.attn.out_proj.bias",
-            ),
-            (
-                "encoder.layers.2.layer_norm1.weight",
-                "transformer.resblocks.2.ln_1.weight",
             ),
         ];
         for (hf, oc) in cases {
