@@ -195,6 +195,23 @@ impl ResidualBlock {
         })
     }
 
+    /// A level's `count` resnets under `path(j)`: the first from `in_ch`, all to `out_ch`.
+    pub fn stack(
+        names: &Names,
+        wb: &WeightBuilder<'_, '_>,
+        count: usize,
+        in_ch: usize,
+        out_ch: usize,
+        path: impl Fn(usize) -> String,
+    ) -> Result<Vec<Self>, RunnerError> {
+        (0..count)
+            .map(|j| {
+                let c = if j == 0 { in_ch } else { out_ch };
+                Self::new(names, &wb.pp(path(j)), c, out_ch)
+            })
+            .collect()
+    }
+
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
         let h = self.conv1.forward(g, g.silu(self.norm1.forward(g, x)));
         let h = self.conv2.forward(g, g.silu(self.norm2.forward(g, h)));

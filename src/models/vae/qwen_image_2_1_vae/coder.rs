@@ -53,17 +53,9 @@ impl Encoder {
         let mut blocks = Vec::with_capacity(levels);
         for i in 0..levels {
             let (in_ch, out_ch) = (dims[i], dims[i + 1]);
-            let mut resnets = Vec::with_capacity(config.res_blocks);
-            let mut c = in_ch;
-            for j in 0..config.res_blocks {
-                resnets.push(ResidualBlock::new(
-                    names,
-                    &wb.pp(names.down_resnet(i, j)),
-                    c,
-                    out_ch,
-                )?);
-                c = out_ch;
-            }
+            let resnets = ResidualBlock::stack(names, wb, config.res_blocks, in_ch, out_ch, |j| {
+                names.down_resnet(i, j)
+            })?;
             let down = i + 1 < levels;
             let downsampler = if down {
                 let path = wb.pp(names.downsampler(i)).pp("resample.1");
@@ -167,17 +159,10 @@ impl Decoder {
         let mut blocks = Vec::with_capacity(levels);
         for i in 0..levels {
             let (in_ch, out_ch) = (dims[i], dims[i + 1]);
-            let mut resnets = Vec::with_capacity(config.res_blocks + 1);
-            let mut c = in_ch;
-            for j in 0..=config.res_blocks {
-                resnets.push(ResidualBlock::new(
-                    names,
-                    &wb.pp(names.up_resnet(i, j)),
-                    c,
-                    out_ch,
-                )?);
-                c = out_ch;
-            }
+            let resnets =
+                ResidualBlock::stack(names, wb, config.res_blocks + 1, in_ch, out_ch, |j| {
+                    names.up_resnet(i, j)
+                })?;
             let upsample = if i + 1 < levels {
                 let path = wb.pp(names.upsampler(i)).pp("resample.1");
                 let conv = Conv::new(&path, out_ch, out_ch, 3, 1, 1)?;

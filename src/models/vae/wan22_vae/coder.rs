@@ -55,23 +55,6 @@ fn time_conv(
     Conv::new(&wb.pp(resampler).pp("time_conv"), in_ch, out_ch, 1, 1, 0).map(Some)
 }
 
-/// `count` resnets under `path(j)`, the first from `in_ch`, all to `out_ch`.
-fn resnets(
-    names: &Names,
-    wb: &WeightBuilder<'_, '_>,
-    count: usize,
-    in_ch: usize,
-    out_ch: usize,
-    path: impl Fn(usize) -> String,
-) -> Result<Vec<ResidualBlock>, RunnerError> {
-    (0..count)
-        .map(|j| {
-            let c = if j == 0 { in_ch } else { out_ch };
-            ResidualBlock::new(names, &wb.pp(path(j)), c, out_ch)
-        })
-        .collect()
-}
-
 /// The encoder: patchified image [W, H, C_in, N] → moments [W/f, H/f, 2·z, N] (before
 /// `quant_conv`).
 #[derive(Clone, Debug)]
@@ -96,7 +79,7 @@ impl Encoder {
             let (in_ch, out_ch) = (dims[i], dims[i + 1]);
             let down = i + 1 < count;
             let temporal = down && config.temporal_down[i];
-            let resnets = resnets(names, wb, config.res_blocks, in_ch, out_ch, |j| {
+            let resnets = ResidualBlock::stack(names, wb, config.res_blocks, in_ch, out_ch, |j| {
                 names.down_resnet(i, j)
             })?;
             let (resample, time_conv) = if down {
@@ -183,9 +166,10 @@ impl Decoder {
             let (in_ch, out_ch) = (dims[i], dims[i + 1]);
             let up = i + 1 < count;
             let temporal = up && config.temporal_up[i];
-            let resnets = resnets(names, wb, config.res_blocks + 1, in_ch, out_ch, |j| {
-                names.up_resnet(i, j)
-            })?;
+            let resnets =
+                ResidualBlock::stack(names, wb, config.res_blocks + 1, in_ch, out_ch, |j| {
+                    names.up_resnet(i, j)
+                })?;
             let (upsample, time_conv) = if up {
                 let path = wb.pp(names.upsampler(i)).pp("resample.1");
                 let shortcut = Shortcut {

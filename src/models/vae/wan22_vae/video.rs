@@ -14,8 +14,8 @@ use crate::models::vae::wan_vae::posterior_mean;
 use crate::models::vae::wan_vae::video::causal::{causal, double_frames, halve_frames};
 use crate::models::vae::wan_vae::video::check::whole_kernel;
 use crate::models::vae::wan_vae::video::chunk::{mid, resnet};
-use crate::models::vae::wan_vae::video::host::{put_frames, take_frames};
-use crate::models::vae::wan_vae::video::{progress, single, with_clean_cache};
+use crate::models::vae::wan_vae::video::clip::ChunkLoop;
+use crate::models::vae::wan_vae::video::shape::{check_frames, check_latent};
 use crate::runner::{GraphCtx, Runner, RunnerError, WeightBuilder};
 use crate::tensor::HostTensor;
 
@@ -32,10 +32,13 @@ fn key(part: &str, name: &str) -> String {
     format!("{CACHE_PREFIX}{part}.{name}")
 }
 
+/// Names the VAE in errors about the caller's clips.
+const INPUT: &str = "Wan 2.2 VAE video";
+
 fn bad_input(key: &str, reason: String) -> RunnerError {
     RunnerError::BadData {
         key: key.into(),
-        origin: "Wan 2.2 VAE video".into(),
+        origin: INPUT.into(),
         reason,
     }
 }
@@ -232,45 +235,19 @@ impl Wan22Vae {
             .as_ref()
             .ok_or_else(|| bad_input("decoder", "the VAE was loaded without its decoder".into()))?;
         self.require_video()?;
-        let [w, h, t, c] = z.ne;
-        if c != self.config.z_dim || w == 0 || h == 0 || t == 0 || z.data.len() != w * h * t * c {
-            return Err(bad_input(
-                "latent",
-                format!(
-                    "shape {:?} with {} values; expected [w, h, T, {}] (ggml order)",
-                    z.ne,
-                    z.data.len(),
-                    self.config.z_dim
-                ),
-            ));
-        }
-        let (f, per, p) = (
-            self.scale_factor(),
-            self.decode_time_factor(),
-            self.config.patch_size,
-        );
+        check_latent(z, self.config.z_dim, INPUT)?;
+        let p = self.config.patch_size;
+        let clip = ChunkLoop {
+            runner,
+            cache: CACHE_PREFIX,
+            scale: self.scale_factor(),
+        };
         let out_ch = self.config.out_channels / (p * p);
-        let mut out = HostTensor::zeros([f * w, f * h, self.video_frames(t), out_ch]);
-        let mut bar = progress("VAE decode (video)", t);
-        with_clean_cache(runner, CACHE_PREFIX, || {
-            for i in 0..t {
-                let first = i == 0;
-                let data = take_frames(z, i, 1);
-                let got = runner.compute(|g| {
-                    let z = post_quant.forward(g, g.input_f32("z", [w, h, c, 1], data));
-                    let y = unpatchify(g, decode_chunk(g, decoder, z, first), p);
-                    vec![g.clamp(y, -1.0, 1.0)]
-                })?;
-                let n = if first { 1 } else { per };
-                let frames = single(got, [f * w, f * h, out_ch, n])?;
-                put_frames(&mut out, self.video_frames(i + 1) - n, &frames);
-                if let Some(bar) = &mut bar {
-                    bar.tick();
-                }
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        clip.decode(z, self.decode_time_factor(), out_ch, |g, z, first| {
+            let z = post_quant.forward(g, z);
+            let y = unpatchify(g, decode_chunk(g, decoder, z, first), p);
+            g.clamp(y, -1.0, 1.0)
+        })
     }
 
     /// Encodes one clip x [W, H, F, 3] (ggml order, PyTorch `[C, F, H, W]`) with values in
@@ -284,50 +261,20 @@ impl Wan22Vae {
             .as_ref()
             .ok_or_else(|| bad_input("encoder", "the VAE was loaded without its encoder".into()))?;
         self.require_video()?;
-        let [w, h, frames, c] = x.ne;
-        let channels = self.config.image_channels();
-        if c != channels || x.data.len() != w * h * frames * c {
-            return Err(bad_input(
-                "frames",
-                format!(
-                    "shape {:?} with {} values; expected [W, H, F, {channels}] (ggml order)",
-                    x.ne,
-                    x.data.len(),
-                ),
-            ));
-        }
+        check_frames(x, self.config.image_channels(), INPUT)?;
+        let [w, h, frames, _] = x.ne;
         self.check_encode_size(w, h)?;
         let latent = self.latent_frames(frames)?;
-        let (f, z, p) = (
-            self.scale_factor(),
-            self.config.z_dim,
-            self.config.patch_size,
-        );
+        let (z, p) = (self.config.z_dim, self.config.patch_size);
         let per = (ENCODE_CHUNK_FRAMES / self.encode_time_factor()).max(1);
-        let mut out = HostTensor::zeros([w / f, h / f, latent, z]);
-        let chunks = 1 + (frames - 1) / ENCODE_CHUNK_FRAMES;
-        let mut bar = progress("VAE encode (video)", chunks);
-        with_clean_cache(runner, CACHE_PREFIX, || {
-            for i in 0..chunks {
-                // Frames [0, 1), then [1 + 4(i − 1), 1 + 4i).
-                let (start, len, n) = match i {
-                    0 => (0, 1, 1),
-                    _ => (1 + ENCODE_CHUNK_FRAMES * (i - 1), ENCODE_CHUNK_FRAMES, per),
-                };
-                let data = take_frames(x, start, len);
-                let got = runner.compute(|g| {
-                    let x = patchify(g, g.input_f32("x", [w, h, c, len], data), p);
-                    let moments = quant.forward(g, encode_chunk(g, encoder, x));
-                    vec![posterior_mean(g, moments, z)]
-                })?;
-                let mean = single(got, [w / f, h / f, z, n])?;
-                put_frames(&mut out, if i == 0 { 0 } else { 1 + (i - 1) * per }, &mean);
-                if let Some(bar) = &mut bar {
-                    bar.tick();
-                }
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        let clip = ChunkLoop {
+            runner,
+            cache: CACHE_PREFIX,
+            scale: self.scale_factor(),
+        };
+        clip.encode(x, per, [latent, z], |g, x| {
+            let moments = quant.forward(g, encode_chunk(g, encoder, patchify(g, x, p)));
+            posterior_mean(g, moments, z)
+        })
     }
 }

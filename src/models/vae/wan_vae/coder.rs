@@ -8,7 +8,7 @@
 
 use crate::ggml::{ScaleMode, Tensor};
 use crate::models::vae::qwen_image_2_1_vae::blocks::{ChannelNorm, Conv, MidBlock, ResidualBlock};
-use crate::models::vae::qwen_image_2_1_vae::layout::{Names, Part};
+use crate::models::vae::qwen_image_2_1_vae::layout::Part;
 use crate::runner::{GraphCtx, RunnerError, WeightBuilder};
 
 use super::layout::WanNames;
@@ -45,23 +45,6 @@ fn time_conv(
     Conv::new(&wb, in_ch, out_ch, 1, 1, 0).map(Some)
 }
 
-/// `count` resnets under `path(j)`, the first from `in_ch`, all to `out_ch`.
-fn resnets(
-    shared: &Names,
-    wb: &WeightBuilder<'_, '_>,
-    count: usize,
-    in_ch: usize,
-    out_ch: usize,
-    path: impl Fn(usize) -> String,
-) -> Result<Vec<ResidualBlock>, RunnerError> {
-    (0..count)
-        .map(|j| {
-            let c = if j == 0 { in_ch } else { out_ch };
-            ResidualBlock::new(shared, &wb.pp(path(j)), c, out_ch)
-        })
-        .collect()
-}
-
 /// The encoder: image [W, H, C_in, N] → moments [W/f, H/f, 2·z, N] (before `quant_conv`).
 #[derive(Clone, Debug)]
 pub(crate) struct Encoder {
@@ -84,9 +67,10 @@ impl Encoder {
         let mut levels = Vec::with_capacity(count);
         for i in 0..count {
             let (in_ch, out_ch) = (dims[i], dims[i + 1]);
-            let resnets = resnets(&shared, wb, config.res_blocks, in_ch, out_ch, |j| {
-                names.down_resnet(i, j)
-            })?;
+            let resnets =
+                ResidualBlock::stack(&shared, wb, config.res_blocks, in_ch, out_ch, |j| {
+                    names.down_resnet(i, j)
+                })?;
             let (resample, time_conv) = if i + 1 < count {
                 let path = wb.pp(names.downsampler(i)).pp("resample.1");
                 (
@@ -168,9 +152,10 @@ impl Decoder {
             // Each upsampler halves the width, so later levels start from half the previous.
             let in_ch = if i == 0 { dims[0] } else { dims[i] / 2 };
             let out_ch = dims[i + 1];
-            let resnets = resnets(&shared, wb, config.res_blocks + 1, in_ch, out_ch, |j| {
-                names.up_resnet(i, j)
-            })?;
+            let resnets =
+                ResidualBlock::stack(&shared, wb, config.res_blocks + 1, in_ch, out_ch, |j| {
+                    names.up_resnet(i, j)
+                })?;
             let (resample, time_conv) = if i + 1 < count {
                 let path = wb.pp(names.upsampler(i)).pp("resample.1");
                 (

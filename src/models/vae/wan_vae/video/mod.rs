@@ -17,56 +17,29 @@
 pub(crate) mod causal;
 pub(crate) mod check;
 pub(crate) mod chunk;
+pub(crate) mod clip;
 pub(crate) mod host;
+pub(crate) mod shape;
 
-use crate::progress::Progress;
 use crate::runner::{Runner, RunnerError};
 use crate::tensor::HostTensor;
 
 use super::WanVae;
 use chunk::CACHE_PREFIX;
-use host::{put_frames, take_frames};
+use clip::ChunkLoop;
+use shape::{check_frames, check_latent};
 
 /// Frames the encoder takes per graph after the first frame (diffusers' fixed chunk).
 pub const ENCODE_CHUNK_FRAMES: usize = 4;
 
+/// Names the VAE in errors about the caller's clips.
+const INPUT: &str = "Wan 2.1 VAE video";
+
 fn bad_input(key: &str, reason: String) -> RunnerError {
     RunnerError::BadData {
         key: key.into(),
-        origin: "Wan 2.1 VAE video".into(),
+        origin: INPUT.into(),
         reason,
-    }
-}
-
-/// Runs `f` with the cache entries under `prefix` cleared before and after (also when it
-/// fails).
-pub(crate) fn with_clean_cache<T>(
-    runner: &Runner,
-    prefix: &str,
-    f: impl FnOnce() -> Result<T, RunnerError>,
-) -> Result<T, RunnerError> {
-    runner.clear_cache(prefix);
-    let result = f();
-    runner.clear_cache(prefix);
-    result
-}
-
-/// A bar for clips of more than one chunk.
-pub(crate) fn progress(label: &str, chunks: usize) -> Option<Progress> {
-    (chunks > 1).then(|| Progress::new(label, chunks))
-}
-
-/// The one output of a chunk's graph, checked against the shape the host loop expects.
-pub(crate) fn single(
-    mut out: Vec<HostTensor>,
-    want: [usize; 4],
-) -> Result<HostTensor, RunnerError> {
-    match out.pop() {
-        Some(t) if out.is_empty() && t.ne == want => Ok(t),
-        got => Err(RunnerError::Internal(format!(
-            "Wan VAE video chunk: expected one {want:?} output, got {:?}",
-            got.map(|t| t.ne)
-        ))),
     }
 }
 
@@ -132,43 +105,21 @@ impl WanVae {
             .as_ref()
             .ok_or_else(|| bad_input("decoder", "the VAE was loaded without its decoder".into()))?;
         self.require_video()?;
-        let [w, h, t, c] = z.ne;
-        if c != self.config.z_dim || w == 0 || h == 0 || t == 0 || z.data.len() != w * h * t * c {
-            return Err(bad_input(
-                "latent",
-                format!(
-                    "shape {:?} with {} values; expected [w, h, T, {}] (ggml order)",
-                    z.ne,
-                    z.data.len(),
-                    self.config.z_dim
-                ),
-            ));
-        }
-        let (f, per, out_ch) = (
-            self.scale_factor(),
+        check_latent(z, self.config.z_dim, INPUT)?;
+        let clip = ChunkLoop {
+            runner,
+            cache: CACHE_PREFIX,
+            scale: self.scale_factor(),
+        };
+        clip.decode(
+            z,
             self.decode_time_factor(),
             self.config.out_channels,
-        );
-        let mut out = HostTensor::zeros([f * w, f * h, self.video_frames(t), out_ch]);
-        let mut bar = progress("VAE decode (video)", t);
-        with_clean_cache(runner, CACHE_PREFIX, || {
-            for i in 0..t {
-                let first = i == 0;
-                let data = take_frames(z, i, 1);
-                let got = runner.compute(|g| {
-                    let z = post_quant.forward(g, g.input_f32("z", [w, h, c, 1], data));
-                    vec![g.clamp(chunk::decode(g, decoder, z, first), -1.0, 1.0)]
-                })?;
-                let n = if first { 1 } else { per };
-                let frames = single(got, [f * w, f * h, out_ch, n])?;
-                put_frames(&mut out, self.video_frames(i + 1) - n, &frames);
-                if let Some(bar) = &mut bar {
-                    bar.tick();
-                }
-            }
-            Ok(())
-        })?;
-        Ok(out)
+            |g, z, first| {
+                let z = post_quant.forward(g, z);
+                g.clamp(chunk::decode(g, decoder, z, first), -1.0, 1.0)
+            },
+        )
     }
 
     /// Encodes one clip x [W, H, F, C_in] (ggml order, PyTorch `[C, F, H, W]`) with values in
@@ -181,46 +132,20 @@ impl WanVae {
             .as_ref()
             .ok_or_else(|| bad_input("encoder", "the VAE was loaded without its encoder".into()))?;
         self.require_video()?;
-        let [w, h, frames, c] = x.ne;
-        if c != self.config.in_channels || x.data.len() != w * h * frames * c {
-            return Err(bad_input(
-                "frames",
-                format!(
-                    "shape {:?} with {} values; expected [W, H, F, {}] (ggml order)",
-                    x.ne,
-                    x.data.len(),
-                    self.config.in_channels
-                ),
-            ));
-        }
+        check_frames(x, self.config.in_channels, INPUT)?;
+        let [w, h, frames, _] = x.ne;
         self.check_encode_size(w, h)?;
         let latent = self.latent_frames(frames)?;
-        let (f, z) = (self.scale_factor(), self.config.z_dim);
+        let z = self.config.z_dim;
         let per = ENCODE_CHUNK_FRAMES / self.encode_time_factor();
-        let mut out = HostTensor::zeros([w / f, h / f, latent, z]);
-        let chunks = 1 + (frames - 1) / ENCODE_CHUNK_FRAMES;
-        let mut bar = progress("VAE encode (video)", chunks);
-        with_clean_cache(runner, CACHE_PREFIX, || {
-            for i in 0..chunks {
-                // Frames [0, 1), then [1 + 4(i − 1), 1 + 4i).
-                let (start, len, n) = match i {
-                    0 => (0, 1, 1),
-                    _ => (1 + ENCODE_CHUNK_FRAMES * (i - 1), ENCODE_CHUNK_FRAMES, per),
-                };
-                let data = take_frames(x, start, len);
-                let got = runner.compute(|g| {
-                    let x = g.input_f32("x", [w, h, c, len], data);
-                    let moments = quant.forward(g, chunk::encode(g, encoder, x));
-                    vec![super::posterior_mean(g, moments, z)]
-                })?;
-                let mean = single(got, [w / f, h / f, z, n])?;
-                put_frames(&mut out, if i == 0 { 0 } else { 1 + (i - 1) * per }, &mean);
-                if let Some(bar) = &mut bar {
-                    bar.tick();
-                }
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        let clip = ChunkLoop {
+            runner,
+            cache: CACHE_PREFIX,
+            scale: self.scale_factor(),
+        };
+        clip.encode(x, per, [latent, z], |g, x| {
+            let moments = quant.forward(g, chunk::encode(g, encoder, x));
+            super::posterior_mean(g, moments, z)
+        })
     }
 }
