@@ -52,7 +52,7 @@ impl std::str::FromStr for LoraApplyMode {
 pub enum LoraError {
     #[error("LoRA '{name}' named in the prompt: no file {tried} (looked in --lora-model-dir)")]
     Missing { name: String, tried: String },
-    #[error("LoRA '{name}': tags for the high-noise model (<lora:|high_noise|...>) need a model with a high-noise expert (Wan 2.2 A14B); this model has none")]
+    #[error("LoRA '{name}': LoRAs for the high-noise expert (<lora:|high_noise|...>, Wan 2.2 A14B's --high-noise-diffusion-model) are not supported yet; plain tags apply to --diffusion-model only")]
     HighNoise { name: String },
     #[error("LoRA {path}: {reason}")]
     File { path: PathBuf, reason: String },
