@@ -1,17 +1,19 @@
 //! One PixArt-Σ XL transformer step at 512×512 with CFG (batch 2), ours vs diffusers fp32 on
 //! the CPU in the same run, at f32/bf16/f16/q8_0 weights, with peak RSS.
 //!
-//! `cargo bench --bench pixart_step [-- --threads N --dir /tmp/pixart_xl --classes LIST]`. The
+//! `cargo bench --bench pixart_step [-- --threads N --dir /tmp/pixart_xl --classes LIST
+//! --variants LIST]` (`--variants f32,q8_0+ggml` runs only those of ours). The
 //! reference script `benches/pixart_step.py` writes the random real-size weights (2.4 GB,
 //! diffusers layout) the first time and times diffusers; each of our variants runs in a child
 //! process so its peak RSS is its own. `+ggml` variants run ggml's own CPU kernels instead of
 //! the blocked ones (`ggml::gemm`), for comparison.
 //!
 //! CPU classes: the machine's own (`native`), then every lesser class it can imitate
-//! (`avx512bf16`, `avx512`, `avx2`; `--classes native,avx512` picks): ours under
-//! `SD_CLI_CPU=<class>`, PyTorch capped alike (`ATEN_CPU_CAPABILITY`, `MKL_ENABLE_INSTRUCTIONS`,
-//! `DNNL_MAX_CPU_ISA`). ggml's own kernels are compiled for the build machine and are not capped,
-//! so the `avx2` class measures our fallback onto them, not an AVX2 build of ggml.
+//! (`avx512bf16`, `avx512`, `avx2`; `--classes native,avx512,ggml` picks; `ggml` is none of
+//! our kernels): ours under `SD_CLI_CPU=<class>`, PyTorch capped alike (`ATEN_CPU_CAPABILITY`,
+//! `MKL_ENABLE_INSTRUCTIONS`, `DNNL_MAX_CPU_ISA`). ggml's own kernels are compiled for the
+//! build machine and are not capped, so on an AVX-512 machine the `avx2` class runs our AVX2
+//! tiles beside ggml's kernels as built there (AVX-512), not an AVX2 build of ggml.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -85,10 +87,12 @@ fn main() {
         Some(list) => list.split(',').map(str::to_string).collect(),
         None => reachable_classes(),
     };
+    let only: Option<Vec<String>> =
+        arg("--variants").map(|list| list.split(',').map(str::to_string).collect());
     println!("CPU: {}", sd_cli::cpu_info::cpu_line(threads));
     for class in &classes {
         println!("-- class {class}");
-        run_class(&dir, class, threads);
+        run_class(&dir, class, threads, only.as_deref());
     }
 }
 
@@ -108,7 +112,7 @@ fn reachable_classes() -> Vec<String> {
 /// PyTorch's environment for a class (the same instruction sets as ours).
 fn torch_env(class: &str) -> Vec<(&'static str, &'static str)> {
     match class {
-        "avx2" => vec![
+        "avx2" | "ggml" => vec![
             ("ATEN_CPU_CAPABILITY", "avx2"),
             ("MKL_ENABLE_INSTRUCTIONS", "AVX2"),
             ("DNNL_MAX_CPU_ISA", "AVX2"),
@@ -122,7 +126,7 @@ fn torch_env(class: &str) -> Vec<(&'static str, &'static str)> {
     }
 }
 
-fn run_class(dir: &Path, class: &str, threads: usize) {
+fn run_class(dir: &Path, class: &str, threads: usize, only: Option<&[String]>) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pixart_step.py");
     let py = Command::new("python3")
         .arg(&script)
@@ -159,6 +163,9 @@ fn run_class(dir: &Path, class: &str, threads: usize) {
         &["f32", "bf16", "q8_0"]
     };
     for ty in variants {
+        if only.is_some_and(|o| !o.iter().any(|v| v == ty)) {
+            continue;
+        }
         let o = Command::new(&me)
             .args(["--variant", ty, "--threads", &threads.to_string(), "--dir"])
             .arg(dir)

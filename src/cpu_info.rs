@@ -1,14 +1,17 @@
 //! What this CPU offers the kernels: one line for `-v` and `--list-devices`, so figures from
 //! different machines can be told apart (and a slow run explained), and the run-time cap
-//! `SD_CLI_CPU=avx2|avx512|avx512bf16|native` that makes our kernel selection behave as on a
-//! lesser CPU (ggml's own kernels are compiled for this machine and are not capped).
+//! `SD_CLI_CPU=ggml|avx2|avx512|avx512bf16|native` that makes our kernel selection behave as
+//! on a lesser CPU (ggml's own kernels are compiled for this machine and are not capped).
 
 use std::sync::OnceLock;
 
 /// The most the blocked kernels may use (`SD_CLI_CPU`), ordered from least to most.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum CpuCap {
-    /// No AVX-512: ggml's kernels only (desktops without AVX-512).
+    /// None of our kernels: ggml's only (what a CPU without AVX2 + FMA runs).
+    Ggml,
+    /// No AVX-512: the AVX2 + FMA product tiles, ggml's kernels for the rest (desktops and
+    /// laptops without AVX-512).
     Avx2,
     /// AVX-512F/BW/VNNI but no BF16 (Ice Lake / Sapphire Rapids without AMX class): bf16
     /// weights widened to f32.
@@ -23,6 +26,7 @@ impl CpuCap {
     /// Parses an `SD_CLI_CPU` value.
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
+            "ggml" => Some(Self::Ggml),
             "avx2" => Some(Self::Avx2),
             "avx512" => Some(Self::Avx512),
             "avx512bf16" => Some(Self::Avx512Bf16),
@@ -33,6 +37,7 @@ impl CpuCap {
 
     fn name(self) -> &'static str {
         match self {
+            Self::Ggml => "ggml",
             Self::Avx2 => "avx2",
             Self::Avx512 => "avx512",
             Self::Avx512Bf16 => "avx512bf16",
@@ -49,14 +54,14 @@ pub fn cpu_cap() -> CpuCap {
             return CpuCap::Native;
         };
         CpuCap::parse(&v).unwrap_or_else(|| {
-            log::warn!("SD_CLI_CPU={v:?} is not avx2, avx512, avx512bf16 or native; ignored");
+            log::warn!("SD_CLI_CPU={v:?} is not ggml, avx2, avx512, avx512bf16 or native; ignored");
             CpuCap::Native
         })
     })
 }
 
-/// Whether the blocked kernels may use x86 feature `feature` ("avx512f", "avx512bw",
-/// "avx512vnni", "avx512bf16"): the CPU has it and the cap allows it.
+/// Whether the blocked kernels may use x86 feature `feature` ("avx2", "fma", "avx512f",
+/// "avx512bw", "avx512vnni", "avx512bf16"): the CPU has it and the cap allows it.
 pub fn kernel_may_use(feature: &str) -> bool {
     let need = match feature {
         "avx512bf16" => CpuCap::Avx512Bf16,
@@ -132,7 +137,11 @@ pub fn cpu_features() -> Vec<&'static str> {
 pub fn cpu_line(threads: usize) -> String {
     let features = cpu_features();
     let kernels = if !kernel_may_use("avx512f") {
-        "ggml's kernels"
+        if kernel_may_use("avx2") && kernel_may_use("fma") {
+            "blocked AVX2 products, bf16 weights widened to f32; ggml's kernels for the rest"
+        } else {
+            "ggml's kernels"
+        }
     } else if kernel_may_use("avx512bf16") {
         "blocked AVX-512 kernels"
     } else {
@@ -163,6 +172,8 @@ mod tests {
         assert_eq!(CpuCap::parse("avx512bf16"), Some(CpuCap::Avx512Bf16));
         assert_eq!(CpuCap::parse("native"), Some(CpuCap::Native));
         assert_eq!(CpuCap::parse("sse2"), None);
+        assert_eq!(CpuCap::parse("ggml"), Some(CpuCap::Ggml));
+        assert!(CpuCap::Ggml < CpuCap::Avx2);
         assert!(CpuCap::Avx2 < CpuCap::Avx512 && CpuCap::Avx512 < CpuCap::Native);
     }
 

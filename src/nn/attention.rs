@@ -10,9 +10,9 @@ pub struct AttentionMask<'g>(pub Tensor<'g>);
 
 /// q: [head_dim * heads, n_q, B], k/v: [head_dim * heads, n_kv, B] → [head_dim * heads, n_q, B].
 ///
-/// On the CPU with AVX-512: the blocked kernels (`ggml::gemm`), exact in f32. Otherwise, with
-/// `g.flash_attn()` the fused kernel runs with K/V in f16 and f32 accumulation, else
-/// softmax(q k^T * scale + mask) v in f32.
+/// On the CPU with AVX-512 or AVX2: the blocked kernels (`ggml::gemm`), exact in f32.
+/// Otherwise, with `g.flash_attn()` the fused kernel runs with K/V in f16 and f32
+/// accumulation, else softmax(q k^T * scale + mask) v in f32.
 pub fn attention<'g>(
     g: &'g GraphCtx<'g>,
     q: Tensor<'g>,

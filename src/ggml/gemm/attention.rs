@@ -9,8 +9,9 @@
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
+use super::dispatch::{self, Tiles};
 use super::driver::Packed;
-use super::kernels::{self, Tile};
+use super::kernels::Tile;
 use super::pack::{self, Rows};
 use super::{MR, NR};
 use crate::dtype::DType;
@@ -36,7 +37,7 @@ impl super::CpuKernels {
     /// softmax(q kᵀ · scale + mask) v for each of `heads` heads, like `attention` in
     /// `nn/attention.rs` with its f32 path: q [heads · d, n_q, B], k/v [heads · d, n_kv, B]
     /// (f32, contiguous), mask [n_kv, n_q] f32 (0 / −inf, broadcast over heads and batch).
-    /// `None` when the CPU lacks AVX-512 or the shapes are not these.
+    /// `None` when the CPU lacks the blocked kernels or the shapes are not these.
     #[allow(clippy::too_many_arguments)]
     pub fn attention<'c>(
         self,
@@ -48,9 +49,8 @@ impl super::CpuKernels {
         mask: Option<Tensor<'c>>,
         scale: f32,
     ) -> Option<Tensor<'c>> {
-        if !super::WeightKind::F32.supported() {
-            return None;
-        }
+        // Only where the CPU has the tiles the node's body runs on.
+        super::tiles()?;
         let [dim, n_q, batch, b3] = q.ne();
         let n_kv = k.ne()[1];
         let f32_contiguous = |t: Tensor<'_>| t.ty() == DType::F32 && t.is_contiguous();
@@ -116,17 +116,21 @@ struct Heads<'a> {
     scale: f32,
     /// How V's head columns are split into panels (the same for every head).
     v_panels: Vec<VPanel>,
+    tiles: Tiles,
 }
 
 /// # Safety
 /// `dst` is a node built by [`super::CpuKernels::attention`], its sources allocated in host
-/// memory, on a CPU with AVX-512F.
+/// memory, on a CPU with AVX-512F or AVX2 + FMA.
 pub(super) unsafe extern "C" fn compute(
     dst: *mut sys::ggml_tensor,
     ith: c_int,
     nth: c_int,
     _: *mut c_void,
 ) {
+    let Some(tiles) = super::tiles() else {
+        return;
+    };
     // SAFETY: the contract above; the slices cover exactly the checked shapes.
     let job = unsafe {
         let d = &*dst;
@@ -148,6 +152,7 @@ pub(super) unsafe extern "C" fn compute(
             batch,
             scale: f32::from_bits(d.op_params[PARAM_SCALE] as u32),
             v_panels: v_panels(dim / heads.max(1)),
+            tiles,
         }
     };
     job.run(ith.max(0) as usize, nth.max(1) as usize);
@@ -190,7 +195,7 @@ impl Heads<'_> {
             k: self.dim,
         };
         let k_len = self.n_kv.div_ceil(NR) * self.hd * NR;
-        // SAFETY: this op is only built for CPUs with AVX-512F (`CpuKernels`).
+        // SAFETY: this op is only built for CPUs with the blocked kernels (`CpuKernels`).
         unsafe { pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len)) };
         let total = self.v_panels.iter().map(|p| p.width).sum::<usize>() * self.n_kv;
         let v = s.v.f32s(total);
@@ -228,11 +233,12 @@ impl Heads<'_> {
                     bias: std::ptr::null(),
                 };
                 let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
-                // SAFETY: AVX-512F was checked when the node was built; the query rows hold
-                // `hd` floats `dim` apart; the K panel holds `hd * NR`; the tile lies inside
-                // this block's score rows.
+                // SAFETY: `self.tiles` are this CPU's; the query rows hold `hd` floats `dim`
+                // apart; the K panel holds `hd * NR`; the tile lies inside this block's score
+                // rows.
                 unsafe {
-                    kernels::tile_f32(self.hd, self.q[q_row..].as_ptr(), self.dim, panel, &tile)
+                    let q = self.q[q_row..].as_ptr();
+                    dispatch::tile_f32(self.tiles, self.hd, q, self.dim, panel, &tile)
                 };
             }
         }
@@ -241,9 +247,10 @@ impl Heads<'_> {
                 let mask = self
                     .mask
                     .map_or(std::ptr::null(), |m| m[(r0 + r) * self.n_kv..].as_ptr());
-                // SAFETY: AVX-512F as above; the score row and mask row hold `n_kv` floats.
+                // SAFETY: as above; the score row and mask row hold `n_kv` floats.
                 unsafe {
-                    kernels::softmax_row(s_row.wrapping_add(r * ld), mask, self.n_kv, self.scale)
+                    let row = s_row.wrapping_add(r * ld);
+                    dispatch::softmax_row(self.tiles, row, mask, self.n_kv, self.scale)
                 };
             }
         }
@@ -267,7 +274,8 @@ impl Heads<'_> {
                     // (this chunk: `kc` from k0), the V panel `n_kv * width` (this chunk's
                     // rows from k0); the tile is this head's slice of these output rows.
                     unsafe {
-                        kernels::tile_f32_width(
+                        dispatch::tile_f32_width(
+                            self.tiles,
                             p.width,
                             kc,
                             s_row.wrapping_add(k0).cast_const(),

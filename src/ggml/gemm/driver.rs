@@ -118,6 +118,9 @@ impl Product<'_> {
         kc: usize,
         s: &mut Scratch,
     ) {
+        let Some(tiles) = super::tiles() else {
+            return;
+        };
         let strips = rows.len().div_ceil(MR);
         let last = k0 + kc == self.k;
         let x = Rows {
@@ -135,7 +138,7 @@ impl Product<'_> {
             let panels = chunk.len().div_ceil(NR);
             let len = panels * depth * NR;
             let k = self.k;
-            // SAFETY: this op is only built for CPUs with AVX-512F (`CpuKernels`).
+            // SAFETY: this op is only built for CPUs with AVX-512F or AVX2 (`CpuKernels`).
             unsafe {
                 match self.w {
                     Weights::F32(data) => {
@@ -187,7 +190,8 @@ impl Product<'_> {
                                 s.w.u32s_ro(ws),
                                 &tile,
                             ),
-                            _ => super::kernels::tile_f32(
+                            _ => super::dispatch::tile_f32(
+                                tiles,
                                 depth,
                                 self.x[r0 * self.k + k0..].as_ptr(),
                                 self.k,

@@ -6,7 +6,9 @@
 use std::arch::x86_64::*;
 use std::os::raw::{c_int, c_void};
 
+use super::avx2_rows;
 use super::kernels::exp_nonpositive;
+use super::Tiles;
 use crate::dtype::DType;
 use crate::ggml::context::{Context, Tensor};
 use crate::ggml::sys;
@@ -16,7 +18,12 @@ impl super::CpuKernels {
     /// second, like `nn::geglu`.
     pub fn geglu<'c>(self, ctx: &'c Context, x: Tensor<'c>) -> Option<Tensor<'c>> {
         let [n0, n1, n2, n3] = x.ne();
-        if x.ty() != DType::F32 || !x.is_contiguous() || n0 % 2 != 0 || n0 == 0 {
+        if super::tiles().is_none()
+            || x.ty() != DType::F32
+            || !x.is_contiguous()
+            || n0 % 2 != 0
+            || n0 == 0
+        {
             return None;
         }
         Some(super::custom_node(
@@ -36,7 +43,7 @@ pub(super) fn is_node(fun: *const ()) -> bool {
 
 /// # Safety
 /// `dst` is a node built by [`super::CpuKernels::geglu`], its source and itself in host
-/// memory, on a CPU with AVX-512F (the only CPUs `CpuKernels` exist on).
+/// memory, on a CPU with the blocked kernels' tiles.
 unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
     // SAFETY: the contract above: contiguous f32 tensors of these element counts.
     let (x, out, half, rows) = unsafe {
@@ -51,13 +58,21 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
             rows,
         )
     };
+    let Some(tiles) = super::tiles() else {
+        return;
+    };
     let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
     let per = rows.div_ceil(nth);
     for r in (ith * per)..((ith + 1) * per).min(rows) {
         let row = &x[2 * r * half..2 * (r + 1) * half];
-        // SAFETY: row r of the output (half floats) belongs to this thread alone; AVX-512F
-        // as the contract says.
-        unsafe { geglu_row(row.as_ptr(), out.add(r * half), half) };
+        // SAFETY: row r of the output (half floats) belongs to this thread alone; the CPU
+        // has `tiles`' instructions.
+        unsafe {
+            match tiles {
+                Tiles::Avx512 => geglu_row(row.as_ptr(), out.add(r * half), half),
+                Tiles::Avx2 => avx2_rows::geglu_row(row.as_ptr(), out.add(r * half), half),
+            }
+        };
     }
 }
 

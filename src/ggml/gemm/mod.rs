@@ -1,5 +1,5 @@
-//! A cache-blocked GEMM for weight × activation products on x86-64 CPUs with AVX-512, run as
-//! a ggml custom op in ggml's own thread pool.
+//! A cache-blocked GEMM for weight × activation products on x86-64 CPUs with AVX-512 or
+//! AVX2 + FMA, run as a ggml custom op in ggml's own thread pool.
 //!
 //! Why it exists: ggml's CPU `mul_mat` (llamafile's tinyBLAS) forms each small output tile as
 //! dot products over whole rows, so both operands stream from L2/L3 for every tile; on
@@ -12,18 +12,25 @@
 //! at least as exact as ggml's, which rounds the activations to f16); bf16 (activations
 //! rounded to bf16 as ggml does, products through `vdpbf16ps` as ggml's own bf16 path);
 //! q8_0 (`q8.rs`: activations quantized as ggml does, VNNI integer dot products).
-//! Any other case (types, layouts, CPUs without AVX-512, other architectures) returns `None`
-//! and the caller keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
+//! On CPUs with AVX2 + FMA but no AVX-512 (`avx2.rs`) f32, f16 and bf16 weights (the last two
+//! widened while packing) run the same loops with 8-lane tiles; q8_0 stays with ggml there.
+//! Any other case (types, layouts, other CPUs and architectures) returns `None` and the caller
+//! keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
 //! tiles; `conv.rs` a convolution whose patches are built a chunk at a time inside the
 //! product. Around them, ops that ggml runs as several passes or with poor thread splits:
 //! `im2col.rs` (channel-last patches), `transpose.rs`, `geglu.rs`, `norm.rs` (GroupNorm /
 //! LayerNorm with their affine parameters and SiLU).
 
-// The kernels are AVX-512; elsewhere the entry points below answer `None`.
+// The kernels are x86-64 (AVX-512, AVX2); elsewhere the entry points below answer `None`.
 #[cfg(target_arch = "x86_64")]
 mod attention;
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_rows;
+#[cfg(target_arch = "x86_64")]
 mod conv;
+mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
@@ -45,6 +52,7 @@ use super::backend::Backend;
 use super::context::{Context, Tensor};
 use super::sys;
 use crate::dtype::DType;
+pub(in crate::ggml) use dispatch::{avx512_kernels, tiles, Tiles};
 pub use im2col::ConvGeometry;
 
 /// Tokens per register tile (rows of the output).
@@ -78,14 +86,17 @@ impl WeightKind {
     }
 
     /// Whether this CPU (under `SD_CLI_CPU`'s cap) has the instructions a kernel for this
-    /// weight type needs. bf16 runs everywhere AVX-512F does: through `vdpbf16ps` where the
-    /// CPU has AVX-512 BF16, else widened to f32 while packing ([`bf16_native`]).
+    /// weight type needs. bf16 runs wherever f32 does: through `vdpbf16ps` where the CPU has
+    /// AVX-512 BF16, else widened to f32 while packing ([`bf16_native`]).
     fn supported(self) -> bool {
         use crate::cpu_info::kernel_may_use;
-        let f = kernel_may_use("avx512f");
         match self {
-            Self::F32 | Self::F16 | Self::Bf16 => f,
-            Self::Q8_0 => f && kernel_may_use("avx512bw") && kernel_may_use("avx512vnni"),
+            Self::F32 | Self::F16 | Self::Bf16 => tiles().is_some(),
+            Self::Q8_0 => {
+                tiles() == Some(Tiles::Avx512)
+                    && kernel_may_use("avx512bw")
+                    && kernel_may_use("avx512vnni")
+            }
         }
     }
 }
@@ -173,8 +184,8 @@ pub fn blocked_gemm_available(ty: DType) -> bool {
 pub struct CpuKernels(());
 
 impl Backend {
-    /// The blocked CPU kernels, on the CPU backend of a CPU that has AVX-512F (the kernels
-    /// check the further instructions each weight type needs).
+    /// The blocked CPU kernels, on the CPU backend of a CPU that has AVX-512F or AVX2 + FMA
+    /// (each kernel checks the further instructions it needs).
     pub fn cpu_kernels(&self) -> Option<CpuKernels> {
         (self.is_cpu() && WeightKind::F32.supported()).then_some(CpuKernels(()))
     }
@@ -389,5 +400,7 @@ impl CpuKernels {
     }
 }
 
+#[cfg(all(test, target_arch = "x86_64"))]
+mod avx2_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests;

@@ -6,7 +6,9 @@
 use std::arch::x86_64::*;
 use std::os::raw::{c_int, c_void};
 
+use super::avx2_rows;
 use super::kernels::exp_nonpositive;
+use super::Tiles;
 use crate::dtype::DType;
 use crate::ggml::context::{Context, Tensor};
 use crate::ggml::sys;
@@ -38,7 +40,8 @@ impl super::CpuKernels {
         let per_channel = |t: Tensor<'_>| {
             t.ty() == DType::F32 && t.is_contiguous() && t.ne().iter().product::<usize>() == c
         };
-        let ok = groups > 0
+        let ok = super::tiles().is_some()
+            && groups > 0
             && c.is_multiple_of(groups)
             && x.ty() == DType::F32
             && x.is_contiguous()
@@ -72,7 +75,12 @@ impl super::CpuKernels {
         let per_column = |t: Option<Tensor<'_>>| {
             t.is_none_or(|t| t.ty() == DType::F32 && t.is_contiguous() && t.ne() == [n0, 1, 1, 1])
         };
-        if x.ty() != DType::F32 || !x.is_contiguous() || !per_column(weight) || !per_column(bias) {
+        let ok = super::tiles().is_some()
+            && x.ty() == DType::F32
+            && x.is_contiguous()
+            && per_column(weight)
+            && per_column(bias);
+        if !ok {
             return None;
         }
         let args: Vec<_> = [Some(x), weight, bias].into_iter().flatten().collect();
@@ -124,7 +132,7 @@ fn stats(x: &[f32], eps: f32) -> (f32, f32) {
 
 /// # Safety
 /// `dst` is a node built by [`super::CpuKernels::group_norm`], its sources and itself in host
-/// memory, on a CPU with AVX-512F.
+/// memory, on a CPU with the blocked kernels' tiles.
 unsafe extern "C" fn group_norm_op(
     dst: *mut sys::ggml_tensor,
     ith: c_int,
@@ -148,6 +156,9 @@ unsafe extern "C" fn group_norm_op(
             d.op_params[PARAM_SILU] != 0,
         )
     };
+    let Some(tiles) = super::tiles() else {
+        return;
+    };
     let plane = pw * ph;
     let per_group = c / groups;
     let units = n * groups;
@@ -159,14 +170,16 @@ unsafe extern "C" fn group_norm_op(
         let (mean, scale) = stats(&x[start..start + per_group * plane], eps);
         for ch in 0..per_group {
             let at = start + ch * plane;
-            // SAFETY: this channel plane of the output belongs to this unit alone; AVX-512F
-            // as the contract says.
+            let affine = Affine::Scalar(w[c0 + ch], b[c0 + ch]);
+            // SAFETY: this channel plane of the output belongs to this unit alone; the CPU
+            // has `tiles`' instructions.
             unsafe {
-                affine_row(
+                affine_row_on(
+                    tiles,
                     &x[at..at + plane],
                     out.add(at),
                     (mean, scale),
-                    Affine::Scalar(w[c0 + ch], b[c0 + ch]),
+                    affine,
                     silu,
                 )
             };
@@ -176,7 +189,7 @@ unsafe extern "C" fn group_norm_op(
 
 /// # Safety
 /// `dst` is a node built by [`super::CpuKernels::layer_norm`], its sources and itself in host
-/// memory, on a CPU with AVX-512F.
+/// memory, on a CPU with the blocked kernels' tiles.
 unsafe extern "C" fn layer_norm_op(
     dst: *mut sys::ggml_tensor,
     ith: c_int,
@@ -203,20 +216,47 @@ unsafe extern "C" fn layer_norm_op(
             f32::from_bits(d.op_params[PARAM_EPS] as u32),
         )
     };
+    let Some(tiles) = super::tiles() else {
+        return;
+    };
     let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
     let per = rows.div_ceil(nth);
     for r in (ith * per)..((ith + 1) * per).min(rows) {
         let row = &x[r * n0..(r + 1) * n0];
         let stats = stats(row, eps);
-        // SAFETY: output row r belongs to this thread alone; AVX-512F as the contract says.
-        unsafe { affine_row(row, out.add(r * n0), stats, Affine::Vectors(w, b), false) };
+        let affine = Affine::Vectors(w, b);
+        // SAFETY: output row r belongs to this thread alone; the CPU has `tiles`'
+        // instructions.
+        unsafe { affine_row_on(tiles, row, out.add(r * n0), stats, affine, false) };
+    }
+}
+
+/// [`affine_row`] on `tiles`' registers.
+///
+/// # Safety
+/// The CPU has `tiles`' instructions; `out` has room for `x.len()` floats and the vectors of
+/// `affine` hold as many.
+unsafe fn affine_row_on(
+    tiles: Tiles,
+    x: &[f32],
+    out: *mut f32,
+    stats: (f32, f32),
+    affine: Affine<'_>,
+    silu: bool,
+) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        match tiles {
+            Tiles::Avx512 => affine_row(x, out, stats, affine, silu),
+            Tiles::Avx2 => avx2_rows::affine_row(x, out, stats, affine, silu),
+        }
     }
 }
 
 /// The affine part: one scale and shift for the whole row (a GroupNorm channel), or one per
 /// column (LayerNorm; either may be absent).
 #[derive(Clone, Copy)]
-enum Affine<'a> {
+pub(super) enum Affine<'a> {
     Scalar(f32, f32),
     Vectors(Option<&'a [f32]>, Option<&'a [f32]>),
 }

@@ -91,7 +91,8 @@ pub(super) fn bf16_bits(v: f32) -> u32 {
 /// Weight rows `feats` (f32), columns `k0..k0 + kc`, into panels.
 ///
 /// # Safety
-/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
+/// the CPU has them).
 pub(super) unsafe fn panels_f32(
     w: &Rows<'_, f32>,
     feats: std::ops::Range<usize>,
@@ -100,7 +101,7 @@ pub(super) unsafe fn panels_f32(
     out: &mut [f32],
 ) {
     let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
-        // SAFETY: AVX-512F, this function's own requirement.
+        // SAFETY: `FullPanels::new` answers only where AVX-512F runs.
         unsafe { fast.run(as_words_mut(out), |row| as_words(w.block(row, k0, kc))) }
     });
     for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
@@ -111,7 +112,8 @@ pub(super) unsafe fn panels_f32(
 /// Weight rows in f16 (bits), widened to f32 into panels.
 ///
 /// # Safety
-/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
+/// the CPU has them).
 pub(super) unsafe fn panels_f16(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
@@ -133,7 +135,8 @@ pub(super) unsafe fn panels_f16(
 /// f32), so a CPU without bf16 products runs them at the f32 rate.
 ///
 /// # Safety
-/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
+/// the CPU has them).
 pub(super) unsafe fn panels_bf16_wide(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
@@ -154,7 +157,8 @@ pub(super) unsafe fn panels_bf16_wide(
 /// 16-bit weight rows widened to f32 by `widen(bits, wide)` (equal lengths) into panels.
 ///
 /// # Safety
-/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
+/// the CPU has them).
 unsafe fn panels_widened(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
@@ -168,7 +172,7 @@ unsafe fn panels_widened(
         widen(w.block(row, k0 + from, kc - from), &mut wide[..kc - from]);
     };
     let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
-        // SAFETY: AVX-512F, this function's own requirement.
+        // SAFETY: `FullPanels::new` answers only where AVX-512F runs.
         unsafe {
             fast.run_staged(as_words_mut(out), kc, |first, staged| {
                 for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
@@ -187,7 +191,8 @@ unsafe fn panels_widened(
 /// Weight rows in bf16 (bits) into panels of k-pairs.
 ///
 /// # Safety
-/// The CPU must support AVX-512F (full panels are filled by AVX-512 transposes).
+/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
+/// the CPU has them).
 pub(super) unsafe fn panels_bf16(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
@@ -208,7 +213,7 @@ pub(super) unsafe fn panels_bf16(
     let done = FullPanels::new(&feats, kc2, out.len())
         .filter(|_| aligned)
         .map_or((0, 0), |fast| {
-            // SAFETY: AVX-512F, this function's own requirement.
+            // SAFETY: `FullPanels::new` answers only where AVX-512F runs.
             unsafe { fast.run(out, |row| pairs(row).unwrap_or(&[])) }
         });
     for_panel_rows(feats, kc2, NR, out, done, |row, col, panel, q0| {
@@ -221,7 +226,8 @@ pub(super) unsafe fn panels_bf16(
 }
 
 /// The panels whose 64 columns are all weight rows, filled by 16 × 16 AVX-512 transposes
-/// (the scalar fill then only handles a partial last panel and the depth's tail).
+/// (the scalar fill then only handles a partial last panel and the depth's tail); `None`
+/// without AVX-512, where the scalar fill does it all.
 struct FullPanels {
     first: usize,
     panels: usize,
@@ -234,7 +240,8 @@ impl FullPanels {
     fn new(feats: &std::ops::Range<usize>, depth: usize, out_len: usize) -> Option<Self> {
         let panels = feats.len() / NR;
         let full = depth / 16 * 16;
-        (panels > 0 && full > 0 && out_len >= panels * depth * NR).then_some(Self {
+        let fits = panels > 0 && full > 0 && out_len >= panels * depth * NR;
+        (fits && super::avx512_kernels()).then_some(Self {
             first: feats.start,
             panels,
             depth,

@@ -8,7 +8,7 @@ use super::{blocked_gemm_available, MR, NR};
 use crate::dtype::DType;
 use crate::ggml::{dequantize_rows, quantize_rows, Arena, Backend, Context, Gallocr, Graph};
 
-fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+pub(super) fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
@@ -84,7 +84,9 @@ fn run(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usiz
     let ctx = Context::new(8, 8).expect("ctx");
     let graph = Graph::new(&ctx, 8);
     let (wt, xt, bt) = (arena.get(wi), arena.get(xi), arena.get(bi));
-    let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+    let kernels = backend
+        .cpu_kernels()
+        .expect("a CPU with the blocked kernels");
     let blocked = kernels
         .linear(&ctx, wt, xt, bias.then_some(bt))
         .expect("this product is one the blocked kernels take");
@@ -239,7 +241,7 @@ fn blocked_products_match_f64_and_mul_mat() {
 #[test]
 fn widened_bf16_panels_equal_f32_panels() {
     if !blocked_gemm_available(DType::F32) {
-        eprintln!("no AVX-512F: skipped");
+        eprintln!("no blocked kernels on this CPU: skipped");
         return;
     }
     use super::pack::{panels_bf16_wide, panels_f32, Rows};
@@ -250,7 +252,7 @@ fn widened_bf16_panels_equal_f32_panels() {
     for (k0, kc) in [(0, 200), (200, 190)] {
         let len = m.div_ceil(NR) * kc * NR;
         let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
-        // SAFETY: AVX-512F checked above.
+        // SAFETY: the blocked kernels run here (checked above).
         unsafe {
             panels_bf16_wide(&Rows { data: &bits, k }, 0..m, k0, kc, &mut a);
             panels_f32(&Rows { data: &wide, k }, 0..m, k0, kc, &mut b);
@@ -310,7 +312,7 @@ fn products_it_does_not_take_are_left_to_mul_mat() {
     let ctx = Context::new(8, 0).expect("ctx");
     let backend = Backend::cpu(1).expect("cpu backend");
     let Some(kernels) = backend.cpu_kernels() else {
-        return; // no AVX-512: nothing is ever taken
+        return; // no blocked kernels: nothing is ever taken
     };
     // Quantized weights, too few tokens, and a transposed (non-contiguous) input.
     assert!(kernels
@@ -397,7 +399,9 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
     let graph = Graph::new(&ctx, 8);
     let scale = 1.0 / ((dim / heads) as f32).sqrt();
     let m = masked.then(|| arena.get(mi));
-    let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+    let kernels = backend
+        .cpu_kernels()
+        .expect("a CPU with the blocked kernels");
     let out = kernels
         .attention(
             &ctx,
@@ -420,8 +424,8 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
 
 #[test]
 fn blocked_attention_matches_f64() {
-    if !blocked_gemm_available(DType::F32) {
-        eprintln!("this CPU lacks AVX-512F; skipped");
+    if super::tiles().is_none() {
+        eprintln!("this CPU lacks AVX-512F (or SD_CLI_CPU caps it); skipped");
         return;
     }
     // [dim, n_q, n_kv, batch, heads]: PixArt's head size 72 (two V panels, one 16 wide),
@@ -546,7 +550,9 @@ fn matrix_convolutions_match_a_direct_convolution() {
         let ctx = Context::new(64, 64).expect("ctx");
         let graph = Graph::new(&ctx, 64);
         let (xt, mt, bt) = (arena.get(xi), arena.get(mi), arena.get(bi));
-        let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+        let kernels = backend
+            .cpu_kernels()
+            .expect("a CPU with the blocked kernels");
         let blocked = ctx.conv_2d_matrix(mt, xt, g, Some(bt), Some(kernels));
         let plain = ctx.conv_2d_matrix(mt, xt, g, Some(bt), None);
         // The fused op directly (conv_2d_matrix takes it only for large patch matrices).
@@ -601,7 +607,7 @@ fn geometry(
 
 /// erf by its Maclaurin series in f64 (|x| ≤ 3 here: the terms peak near 200, leaving ~13
 /// correct digits).
-fn erf_series(x: f64) -> f64 {
+pub(super) fn erf_series(x: f64) -> f64 {
     let (mut term, mut sum) = (x, x);
     for n in 1..120 {
         term *= -x * x / n as f64;
@@ -612,7 +618,7 @@ fn erf_series(x: f64) -> f64 {
 
 #[test]
 fn fused_geglu_matches_the_erf_gelu() {
-    if !blocked_gemm_available(DType::F32) {
+    if super::tiles().is_none() {
         eprintln!("this CPU lacks AVX-512F (or SD_CLI_CPU caps it); skipped");
         return;
     }
@@ -630,7 +636,9 @@ fn fused_geglu_matches_the_erf_gelu() {
     arena.get(xi).write_f32(&x).expect("x");
     let ctx = Context::new(8, 8).expect("ctx");
     let graph = Graph::new(&ctx, 8);
-    let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+    let kernels = backend
+        .cpu_kernels()
+        .expect("a CPU with the blocked kernels");
     let y = kernels.geglu(&ctx, arena.get(xi)).expect("f32 rows");
     assert_eq!(y.ne(), [half, rows, 1, 1]);
     assert_eq!(super::BlockedOp::of(y), Some(super::BlockedOp::Geglu));
@@ -661,12 +669,14 @@ fn fused_geglu_matches_the_erf_gelu() {
 /// ggml's separate norm, scale, shift and activation ops.
 #[test]
 fn fused_norms_match_ggml_ops() {
-    if !blocked_gemm_available(DType::F32) {
+    if super::tiles().is_none() {
         eprintln!("this CPU lacks AVX-512F (or SD_CLI_CPU caps it); skipped");
         return;
     }
     let backend = Backend::cpu(2).expect("cpu backend");
-    let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+    let kernels = backend
+        .cpu_kernels()
+        .expect("a CPU with the blocked kernels");
     let (w, h, c, n) = (7, 5, 12, 2);
     let x: Vec<f32> = pseudo_random(w * h * c * n, 41)
         .iter()
@@ -773,7 +783,9 @@ fn linear_add_adds_its_addend_once() {
             arena.get(ai).write_f32(&addend).expect("a");
             let ctx = Context::new(8, 8).expect("ctx");
             let graph = Graph::new(&ctx, 8);
-            let kernels = backend.cpu_kernels().expect("AVX-512 CPU");
+            let kernels = backend
+                .cpu_kernels()
+                .expect("a CPU with the blocked kernels");
             let (wt, xt, bt, at) = (arena.get(wi), arena.get(xi), arena.get(bi), arena.get(ai));
             let plain = kernels.linear(&ctx, wt, xt, Some(bt)).expect("taken");
             let sum = kernels.linear_add(&ctx, wt, xt, Some(bt), Some(at));

@@ -1,0 +1,231 @@
+//! AVX2 + FMA row kernels: attention's softmax and the fused GroupNorm / LayerNorm / GEGLU
+//! bodies, the same arithmetic as their AVX-512 versions (`kernels.rs`, `norm.rs`,
+//! `geglu.rs`) on 8 lanes.
+
+use std::arch::x86_64::*;
+
+use super::avx2::{lanes, load_lanes, store_lanes};
+use super::norm::Affine;
+
+/// e^x for x ≤ 0, as [`super::kernels::exp_nonpositive`] computes it (the same split of x,
+/// the same polynomial), with 2^n built in the exponent bits; x below −87 gives exactly 0.
+#[inline(always)]
+unsafe fn exp_nonpositive(x: __m256) -> __m256 {
+    // SAFETY: register-only arithmetic (the caller has AVX2 and FMA).
+    unsafe {
+        let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(-87.0));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_145_75), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428_606_8e-6), r);
+        let mut p = _mm256_set1_ps(1.0 / 5040.0);
+        for c in [
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        // n ≥ −126 wherever x ≥ −87, so 2^n is a normal float: (n + 127) in the exponent.
+        let n = _mm256_max_ps(n, _mm256_set1_ps(-126.0));
+        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        )));
+        _mm256_and_ps(_mm256_mul_ps(p, two_n), keep)
+    }
+}
+
+/// The largest of 8 lanes.
+#[inline(always)]
+unsafe fn reduce_max(v: __m256) -> f32 {
+    // SAFETY: register-only arithmetic (the caller has AVX).
+    unsafe {
+        let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+        _mm_cvtss_f32(m)
+    }
+}
+
+/// The sum of 8 lanes.
+#[inline(always)]
+unsafe fn reduce_add(v: __m256) -> f32 {
+    // SAFETY: register-only arithmetic (the caller has AVX).
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+        _mm_cvtss_f32(s)
+    }
+}
+
+/// One softmax row in place, like [`super::kernels::softmax_row`]: `row[j] = softmax(row ·
+/// scale + mask)[j]` over `n` entries; a row whose every entry is masked becomes zeros.
+///
+/// # Safety
+/// AVX2 and FMA must be present; `row` (and `mask`, unless null) hold `n` floats.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn softmax_row(row: *mut f32, mask: *const f32, n: usize, scale: f32) {
+    // SAFETY: every access is masked to the row's first `n` floats.
+    unsafe {
+        let s = _mm256_set1_ps(scale);
+        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut max = neg_inf;
+        for j in (0..n).step_by(8) {
+            let valid = (n - j).min(8);
+            let m = lanes(valid);
+            let mut v = _mm256_mul_ps(load_lanes(row.add(j), valid, m), s);
+            if !mask.is_null() {
+                v = _mm256_add_ps(v, load_lanes(mask.add(j), valid, m));
+            }
+            store_lanes(row.add(j), valid, m, v);
+            max = _mm256_max_ps(max, _mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(m)));
+        }
+        let top = reduce_max(max);
+        if top == f32::NEG_INFINITY {
+            for j in (0..n).step_by(8) {
+                let valid = (n - j).min(8);
+                store_lanes(row.add(j), valid, lanes(valid), _mm256_setzero_ps());
+            }
+            return;
+        }
+        let top = _mm256_set1_ps(top);
+        let mut sum = _mm256_setzero_ps();
+        for j in (0..n).step_by(8) {
+            let valid = (n - j).min(8);
+            let m = lanes(valid);
+            let e = exp_nonpositive(_mm256_sub_ps(load_lanes(row.add(j), valid, m), top));
+            let e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+            store_lanes(row.add(j), valid, m, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        let inv = _mm256_set1_ps(1.0 / reduce_add(sum));
+        for j in (0..n).step_by(8) {
+            let valid = (n - j).min(8);
+            let m = lanes(valid);
+            let v = _mm256_mul_ps(load_lanes(row.add(j), valid, m), inv);
+            store_lanes(row.add(j), valid, m, v);
+        }
+    }
+}
+
+/// One row: `out[j] = row[j] · gelu(row[half + j])` (see `geglu.rs`).
+///
+/// # Safety
+/// AVX2 and FMA must be present; `row` holds `2 · half` floats, `out` room for `half`.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn geglu_row(row: *const f32, out: *mut f32, half: usize) {
+    for j in (0..half).step_by(8) {
+        let valid = (half - j).min(8);
+        // SAFETY: masked accesses inside the row's two halves and the output row.
+        unsafe {
+            let m = lanes(valid);
+            let value = load_lanes(row.add(j), valid, m);
+            let gate = load_lanes(row.add(half + j), valid, m);
+            store_lanes(out.add(j), valid, m, _mm256_mul_ps(value, gelu_erf(gate)));
+        }
+    }
+}
+
+/// x · Φ(x) with the erf approximation of `geglu.rs` (Abramowitz & Stegun 7.1.26).
+#[inline(always)]
+unsafe fn gelu_erf(x: __m256) -> __m256 {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [
+        0.254_829_6,
+        -0.284_496_74,
+        1.421_413_7,
+        -1.453_152,
+        1.061_405_4,
+    ];
+    // SAFETY: register-only arithmetic (the caller has AVX2 and FMA).
+    unsafe {
+        let z = _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
+        let a = abs(z);
+        let one = _mm256_set1_ps(1.0);
+        let t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(P), a, one));
+        let mut poly = _mm256_set1_ps(A[4]);
+        for c in [A[3], A[2], A[1], A[0]] {
+            poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(c));
+        }
+        poly = _mm256_mul_ps(poly, t);
+        let q = _mm256_mul_ps(
+            poly,
+            exp_nonpositive(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(a, a))),
+        );
+        let positive = _mm256_cmp_ps::<_CMP_GE_OQ>(z, _mm256_setzero_ps());
+        let one_plus_erf = _mm256_blendv_ps(q, _mm256_sub_ps(_mm256_set1_ps(2.0), q), positive);
+        _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5)), one_plus_erf)
+    }
+}
+
+/// |x| (the sign bit cleared).
+#[inline(always)]
+unsafe fn abs(x: __m256) -> __m256 {
+    // SAFETY: register-only arithmetic (the caller has AVX).
+    unsafe { _mm256_andnot_ps(_mm256_set1_ps(-0.0), x) }
+}
+
+/// `out[j] = ((x[j] − mean) · scale) · w + b`, then SiLU when asked (see `norm.rs`).
+///
+/// # Safety
+/// AVX2 and FMA must be present; `out` has room for `x.len()` floats, and the per-column
+/// vectors of `affine` hold as many.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn affine_row(
+    x: &[f32],
+    out: *mut f32,
+    (mean, scale): (f32, f32),
+    affine: Affine<'_>,
+    silu: bool,
+) {
+    let n = x.len();
+    for j in (0..n).step_by(8) {
+        let valid = (n - j).min(8);
+        // SAFETY: masked accesses inside the row, the output row and the per-column vectors.
+        unsafe {
+            let m = lanes(valid);
+            let v = _mm256_sub_ps(
+                load_lanes(x.as_ptr().add(j), valid, m),
+                _mm256_set1_ps(mean),
+            );
+            let mut y = _mm256_mul_ps(v, _mm256_set1_ps(scale));
+            match affine {
+                Affine::Scalar(w, b) => {
+                    y = _mm256_add_ps(_mm256_mul_ps(y, _mm256_set1_ps(w)), _mm256_set1_ps(b));
+                }
+                Affine::Vectors(w, b) => {
+                    if let Some(w) = w {
+                        y = _mm256_mul_ps(y, load_lanes(w.as_ptr().add(j), valid, m));
+                    }
+                    if let Some(b) = b {
+                        y = _mm256_add_ps(y, load_lanes(b.as_ptr().add(j), valid, m));
+                    }
+                }
+            }
+            if silu {
+                y = silu_ps(y);
+            }
+            store_lanes(out.add(j), valid, m, y);
+        }
+    }
+}
+
+/// y · sigmoid(y), as `norm.rs` computes it.
+#[inline(always)]
+unsafe fn silu_ps(y: __m256) -> __m256 {
+    // SAFETY: register-only arithmetic (the caller has AVX2 and FMA).
+    unsafe {
+        let e = exp_nonpositive(_mm256_sub_ps(_mm256_setzero_ps(), abs(y)));
+        let inv = _mm256_div_ps(_mm256_set1_ps(1.0), _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(y, _mm256_setzero_ps());
+        let sigmoid = _mm256_blendv_ps(inv, _mm256_mul_ps(inv, e), negative);
+        _mm256_mul_ps(y, sigmoid)
+    }
+}

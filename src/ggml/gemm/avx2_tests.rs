@@ -1,0 +1,206 @@
+//! The AVX2 tiles and rows called directly, whatever `SD_CLI_CPU` says, so that a machine with
+//! AVX-512 (whose products never take them) still checks them: against f64 references of the
+//! same operands, over partial strips, partial rows and every panel width.
+
+use super::avx2::tile_f32_width;
+use super::avx2_rows::{affine_row, geglu_row, softmax_row};
+use super::kernels::Tile;
+use super::norm::Affine;
+use super::tests::{erf_series, pseudo_random};
+use super::{MR, NR};
+
+fn have_avx2() -> bool {
+    let ok = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    if !ok {
+        eprintln!("this CPU lacks AVX2 + FMA; skipped");
+    }
+    ok
+}
+
+/// `rows` × `cols` tiles from a panel `width` wide over `kc` steps, in each of the store
+/// modes (write, accumulate, bias, addend), against f64.
+#[test]
+fn avx2_tiles_match_f64() {
+    if !have_avx2() {
+        return;
+    }
+    let kc = 37;
+    for width in [16, 32, 48, NR] {
+        for rows in 1..=MR {
+            for cols in [1, 7, 8, 9, 15, 16, 17, width - 1, width] {
+                if cols > width {
+                    continue;
+                }
+                let ldx = kc + 3;
+                let x = pseudo_random(rows * ldx, (width + rows) as u64);
+                let w = pseudo_random(kc * width, (7 + cols) as u64);
+                let bias = pseudo_random(cols, 3);
+                let ldc = cols + 5;
+                let start = pseudo_random(rows * ldc, 11);
+                for mode in 0..4 {
+                    let mut c = start.clone();
+                    let tile = Tile {
+                        c: c.as_mut_ptr(),
+                        ldc,
+                        rows,
+                        cols,
+                        accumulate: mode == 1,
+                        bias: if mode == 2 {
+                            bias.as_ptr()
+                        } else {
+                            std::ptr::null()
+                        },
+                        addend: if mode == 3 {
+                            start.as_ptr()
+                        } else {
+                            std::ptr::null()
+                        },
+                    };
+                    // SAFETY: AVX2 + FMA checked; `rows` rows of `kc` floats `ldx` apart, a
+                    // panel of `kc * width`, an output of `rows` rows `ldc` apart.
+                    unsafe { tile_f32_width(width, kc, x.as_ptr(), ldx, w.as_ptr(), &tile) };
+                    for r in 0..rows {
+                        for j in 0..ldc {
+                            let got = c[r * ldc + j];
+                            if j >= cols {
+                                assert_eq!(got, start[r * ldc + j], "column {j} past the tile");
+                                continue;
+                            }
+                            let mut want: f64 = (0..kc)
+                                .map(|k| x[r * ldx + k] as f64 * w[k * width + j] as f64)
+                                .sum();
+                            if mode == 1 || mode == 3 {
+                                want += start[r * ldc + j] as f64;
+                            }
+                            if mode == 2 {
+                                want += bias[j] as f64;
+                            }
+                            assert!(
+                                (got as f64 - want).abs() < 1e-5,
+                                "width {width} rows {rows} cols {cols} mode {mode}: [{r}][{j}] = {got}, want {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Softmax rows of several lengths, masked entries and an all-masked row, against f64.
+#[test]
+fn avx2_softmax_matches_f64() {
+    if !have_avx2() {
+        return;
+    }
+    for n in [1, 5, 8, 9, 16, 100] {
+        for masked in [false, true] {
+            let scores: Vec<f32> = pseudo_random(n, n as u64)
+                .iter()
+                .map(|v| v * 40.0)
+                .collect();
+            let mask: Vec<f32> = (0..n)
+                .map(|j| {
+                    if masked && j % 3 == 1 {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let mut row = scores.clone();
+            let m = if masked {
+                mask.as_ptr()
+            } else {
+                std::ptr::null()
+            };
+            // SAFETY: AVX2 + FMA checked; the row and the mask hold `n` floats.
+            unsafe { softmax_row(row.as_mut_ptr(), m, n, 0.3) };
+            let logits: Vec<f64> = (0..n)
+                .map(|j| scores[j] as f64 * 0.3 + mask[j] as f64)
+                .collect();
+            let top = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = logits.iter().map(|l| (l - top).exp()).sum();
+            for j in 0..n {
+                let want = (logits[j] - top).exp() / sum;
+                assert!(
+                    (row[j] as f64 - want).abs() < 1e-6,
+                    "n {n} masked {masked}: p[{j}] = {}, want {want}",
+                    row[j]
+                );
+            }
+        }
+    }
+    let mut row = vec![1.0f32; 11];
+    let mask = [f32::NEG_INFINITY; 11];
+    // SAFETY: as above.
+    unsafe { softmax_row(row.as_mut_ptr(), mask.as_ptr(), 11, 1.0) };
+    assert!(row.iter().all(|&p| p == 0.0), "an all-masked row is zeros");
+}
+
+/// GEGLU rows (value · GELU(gate), erf form) against f64.
+#[test]
+fn avx2_geglu_matches_f64() {
+    if !have_avx2() {
+        return;
+    }
+    for half in [1, 8, 13, 45] {
+        let x: Vec<f32> = pseudo_random(2 * half, half as u64)
+            .iter()
+            .map(|v| v * 8.0)
+            .collect();
+        let mut out = vec![0f32; half];
+        // SAFETY: AVX2 + FMA checked; the row holds `2 · half` floats, the output `half`.
+        unsafe { geglu_row(x.as_ptr(), out.as_mut_ptr(), half) };
+        for j in 0..half {
+            let g = x[half + j] as f64;
+            let want = x[j] as f64 * 0.5 * g * (1.0 + erf_series(g / std::f64::consts::SQRT_2));
+            assert!(
+                (out[j] as f64 - want).abs() < 2e-6 * (1.0 + want.abs()),
+                "half {half}: y[{j}] = {}, want {want}",
+                out[j]
+            );
+        }
+    }
+}
+
+/// Norm rows: scalar and per-column affine, with and without SiLU, against f64.
+#[test]
+fn avx2_affine_rows_match_f64() {
+    if !have_avx2() {
+        return;
+    }
+    for n in [3, 8, 21] {
+        let x: Vec<f32> = pseudo_random(n, n as u64).iter().map(|v| v * 6.0).collect();
+        let w = pseudo_random(n, 5);
+        let b = pseudo_random(n, 6);
+        let (mean, scale) = (0.25f32, 1.7f32);
+        for (affine, silu) in [
+            (Affine::Scalar(0.8, -0.3), true),
+            (Affine::Scalar(1.2, 0.1), false),
+            (Affine::Vectors(Some(&w), Some(&b)), false),
+            (Affine::Vectors(None, Some(&b)), true),
+        ] {
+            let mut out = vec![0f32; n];
+            // SAFETY: AVX2 + FMA checked; the output and the vectors hold `n` floats.
+            unsafe { affine_row(&x, out.as_mut_ptr(), (mean, scale), affine, silu) };
+            for j in 0..n {
+                let mut y = (x[j] as f64 - mean as f64) * scale as f64;
+                y = match affine {
+                    Affine::Scalar(sw, sb) => y * sw as f64 + sb as f64,
+                    Affine::Vectors(vw, vb) => {
+                        y * vw.map_or(1.0, |v| v[j] as f64) + vb.map_or(0.0, |v| v[j] as f64)
+                    }
+                };
+                if silu {
+                    y /= 1.0 + (-y).exp();
+                }
+                assert!(
+                    (out[j] as f64 - y).abs() < 1e-5 * (1.0 + y.abs()),
+                    "n {n} silu {silu}: y[{j}] = {}, want {y}",
+                    out[j]
+                );
+            }
+        }
+    }
+}
