@@ -2,7 +2,8 @@
 //! the CPU in the same run, at f32/bf16/f16/q8_0 weights, with peak RSS.
 //!
 //! `cargo bench --bench pixart_step [-- --threads N --dir /tmp/pixart_xl --classes LIST
-//! --variants LIST]` (`--variants f32,q8_0+ggml` runs only those of ours). The
+//! --variants LIST --contend]` (`--variants f32,q8_0+ggml` runs only those of ours;
+//! `--contend` times both sides while one busy process competes for the cores). The
 //! reference script `benches/pixart_step.py` writes the random real-size weights (2.4 GB,
 //! diffusers layout) the first time and times diffusers; each of our variants runs in a child
 //! process so its peak RSS is its own. `+ggml` variants run ggml's own CPU kernels instead of
@@ -76,13 +77,48 @@ fn run_variant(dir: &Path, variant: &str, threads: usize) {
     );
 }
 
+/// A competing busy process (`--contend`): one thread spinning on its own until dropped, the
+/// way another program sharing the cores would.
+struct Contender(std::process::Child);
+
+impl Contender {
+    fn start() -> Self {
+        let me = std::env::current_exe().expect("exe");
+        Self(
+            Command::new(me)
+                .arg("--burn")
+                .spawn()
+                .expect("busy process"),
+        )
+    }
+}
+
+impl Drop for Contender {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The busy process's body: integer work that never ends (the parent kills it).
+fn burn() -> ! {
+    let mut x = 1u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
 fn main() {
     let threads: usize = arg("--threads").and_then(|v| v.parse().ok()).unwrap_or(2);
     let dir = PathBuf::from(arg("--dir").unwrap_or_else(|| "/tmp/pixart_xl".into()));
+    if std::env::args().any(|a| a == "--burn") {
+        burn();
+    }
     if let Some(ty) = arg("--variant") {
         run_variant(&dir, &ty, threads);
         return;
     }
+    let contend = std::env::args().any(|a| a == "--contend");
     let classes: Vec<String> = match arg("--classes") {
         Some(list) => list.split(',').map(str::to_string).collect(),
         None => reachable_classes(),
@@ -92,7 +128,7 @@ fn main() {
     println!("CPU: {}", sd_cli::cpu_info::cpu_line(threads));
     for class in &classes {
         println!("-- class {class}");
-        run_class(&dir, class, threads, only.as_deref());
+        run_class(&dir, class, threads, only.as_deref(), contend);
     }
 }
 
@@ -126,8 +162,21 @@ fn torch_env(class: &str) -> Vec<(&'static str, &'static str)> {
     }
 }
 
-fn run_class(dir: &Path, class: &str, threads: usize, only: Option<&[String]>) {
+fn run_class(dir: &Path, class: &str, threads: usize, only: Option<&[String]>, contend: bool) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pixart_step.py");
+    // The weights exist before the busy process starts (the script writes them the first
+    // time, which is not what is timed); it then runs while each side is timed.
+    if contend && !dir.join("diffusion_pytorch_model.safetensors").exists() {
+        let _ = Command::new("python3")
+            .arg(&script)
+            .arg(dir)
+            .arg(threads.to_string())
+            .output();
+    }
+    let _busy = contend.then(Contender::start);
+    if contend {
+        println!("(with one competing busy process)");
+    }
     let py = Command::new("python3")
         .arg(&script)
         .arg(dir)
