@@ -4,6 +4,7 @@
 
 use std::arch::x86_64::*;
 
+use super::approx::{ERF_A, ERF_P, EXP_MIN, EXP_TAYLOR, LN2_HI, LN2_LO};
 use super::avx2::{lanes, load_lanes, store_lanes};
 use super::norm::Affine;
 
@@ -13,22 +14,14 @@ use super::norm::Affine;
 unsafe fn exp_nonpositive(x: __m256) -> __m256 {
     // SAFETY: register-only arithmetic (the caller has AVX2 and FMA).
     unsafe {
-        let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(-87.0));
+        let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(EXP_MIN));
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
         );
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_145_75), x);
-        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428_606_8e-6), r);
-        let mut p = _mm256_set1_ps(1.0 / 5040.0);
-        for c in [
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-            1.0,
-        ] {
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+        let mut p = _mm256_set1_ps(EXP_TAYLOR[0]);
+        for &c in &EXP_TAYLOR[1..] {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }
         // n ≥ −126 wherever x ≥ −87, so 2^n is a normal float: (n + 127) in the exponent.
@@ -136,22 +129,14 @@ pub(super) unsafe fn geglu_row(row: *const f32, out: *mut f32, half: usize) {
 /// x · Φ(x) with the erf approximation of `geglu.rs` (Abramowitz & Stegun 7.1.26).
 #[inline(always)]
 unsafe fn gelu_erf(x: __m256) -> __m256 {
-    const P: f32 = 0.327_591_1;
-    const A: [f32; 5] = [
-        0.254_829_6,
-        -0.284_496_74,
-        1.421_413_7,
-        -1.453_152,
-        1.061_405_4,
-    ];
     // SAFETY: register-only arithmetic (the caller has AVX2 and FMA).
     unsafe {
         let z = _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
         let a = abs(z);
         let one = _mm256_set1_ps(1.0);
-        let t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(P), a, one));
-        let mut poly = _mm256_set1_ps(A[4]);
-        for c in [A[3], A[2], A[1], A[0]] {
+        let t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(ERF_P), a, one));
+        let mut poly = _mm256_set1_ps(ERF_A[4]);
+        for &c in ERF_A[..4].iter().rev() {
             poly = _mm256_fmadd_ps(poly, t, _mm256_set1_ps(c));
         }
         poly = _mm256_mul_ps(poly, t);

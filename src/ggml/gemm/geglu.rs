@@ -6,6 +6,7 @@
 use std::arch::x86_64::*;
 use std::os::raw::{c_int, c_void};
 
+use super::approx::{ERF_A, ERF_P};
 use super::avx2_rows;
 use super::kernels::exp_nonpositive;
 use super::Tiles;
@@ -101,22 +102,14 @@ unsafe fn geglu_row(row: *const f32, out: *mut f32, half: usize) {
 /// 7.1.26 (absolute error < 1.5e−7); taking q directly for negative z avoids cancelling.
 #[inline(always)]
 unsafe fn gelu_erf(x: __m512) -> __m512 {
-    const P: f32 = 0.327_591_1;
-    const A: [f32; 5] = [
-        0.254_829_6,
-        -0.284_496_74,
-        1.421_413_7,
-        -1.453_152,
-        1.061_405_4,
-    ];
     // SAFETY: register-only arithmetic (the caller has AVX-512F).
     unsafe {
         let z = _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2));
         let a = _mm512_abs_ps(z);
         let one = _mm512_set1_ps(1.0);
-        let t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(P), a, one));
-        let mut poly = _mm512_set1_ps(A[4]);
-        for c in [A[3], A[2], A[1], A[0]] {
+        let t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(ERF_P), a, one));
+        let mut poly = _mm512_set1_ps(ERF_A[4]);
+        for &c in ERF_A[..4].iter().rev() {
             poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(c));
         }
         poly = _mm512_mul_ps(poly, t);

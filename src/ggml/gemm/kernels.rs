@@ -3,6 +3,7 @@
 
 use std::arch::x86_64::*;
 
+use super::approx::{EXP_MIN, EXP_TAYLOR, LN2_HI, LN2_LO};
 use super::{MR, NR};
 
 const _: () = assert!(
@@ -230,23 +231,14 @@ pub(super) unsafe fn store<const R: usize, const V: usize>(acc: &Acc<R, V>, t: &
 pub(super) unsafe fn exp_nonpositive(x: __m512) -> __m512 {
     // SAFETY: register-only arithmetic (the caller has AVX-512F).
     unsafe {
-        let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-87.0));
+        let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(EXP_MIN));
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
             _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
         );
-        // ln 2 split in two so n·ln2 is exact to f32 precision (Cody–Waite).
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), x);
-        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
-        let mut p = _mm512_set1_ps(1.0 / 5040.0);
-        for c in [
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-            1.0,
-        ] {
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+        let mut p = _mm512_set1_ps(EXP_TAYLOR[0]);
+        for &c in &EXP_TAYLOR[1..] {
             p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
         }
         _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n))

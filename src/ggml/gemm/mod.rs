@@ -23,6 +23,8 @@
 
 // The kernels are x86-64 (AVX-512, AVX2); elsewhere the entry points below answer `None`.
 #[cfg(target_arch = "x86_64")]
+mod approx;
+#[cfg(target_arch = "x86_64")]
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
