@@ -4,9 +4,10 @@
 
 use super::avx2::tile_f32_width;
 use super::avx2_rows::{affine_row, geglu_row, softmax_row};
+use super::fused_tests::erf_series;
 use super::kernels::Tile;
 use super::norm::Affine;
-use super::tests::{erf_series, pseudo_random};
+use super::tests::pseudo_random;
 use super::{MR, NR};
 
 fn have_avx2() -> bool {

@@ -405,4 +405,6 @@ impl CpuKernels {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod avx2_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
+mod fused_tests;
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
