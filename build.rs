@@ -13,6 +13,7 @@ const HEADERS: &[&str] = &[
     "ggml-backend.h",
     "ggml-cpu.h",
     "gguf.h",
+    "ggml-rpc.h",
 ];
 
 fn main() {
@@ -37,6 +38,7 @@ fn main() {
         .allowlist_function("(ggml|gguf)_.*")
         .allowlist_type("(ggml|gguf)_.*")
         .allowlist_var("(GGML|GGUF)_.*")
+        .allowlist_var("RPC_PROTO_.*")
         .prepend_enum_name(false)
         .layout_tests(false)
         .derive_default(true)

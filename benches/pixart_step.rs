@@ -7,7 +7,9 @@
 //! reference script `benches/pixart_step.py` writes the random real-size weights (2.4 GB,
 //! diffusers layout) the first time and times diffusers; each of our variants runs in a child
 //! process so its peak RSS is its own. `+ggml` variants run ggml's own CPU kernels instead of
-//! the blocked ones (`ggml::gemm`), for comparison.
+//! the blocked ones (`ggml::gemm`), for comparison. `+rpc` variants (`--variants f32+rpc`)
+//! run on an `sd-cli --rpc-server` on loopback (device RPC0; it computes with ggml's CPU
+//! kernels, so compare with `+ggml`): the cost of the protocol, without a network.
 //!
 //! CPU classes: the machine's own (`native`), then every lesser class it can imitate
 //! (`avx512bf16`, `avx512`, `avx2`; `--classes native,avx512,ggml` picks; `ggml` is none of
@@ -21,7 +23,7 @@ use std::process::Command;
 use std::rc::Rc;
 
 use sd_cli::dtype::DType;
-use sd_cli::ggml::Backend;
+use sd_cli::ggml::{Backend, BackendChoice};
 use sd_cli::models::dit::pixart::{PixArt, PixArtConfig};
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::weights::TensorStore;
@@ -35,22 +37,32 @@ use pixart_step_common::best_step_seconds;
 
 /// Child mode: load with `ty`, run one warm-up and one timed step, print the figures.
 fn run_variant(dir: &Path, variant: &str, threads: usize) {
-    // `<type>`, `<type>+fa` (flash attention) or `<type>+ggml` (ggml's own CPU kernels
-    // instead of the blocked ones).
+    // `<type>`, `<type>+fa` (flash attention), `<type>+ggml` (ggml's own CPU kernels
+    // instead of the blocked ones) or `<type>+rpc` (an RPC server on loopback).
     let (ty, flash_attn, blocked_kernels) = if let Some(ty) = variant.strip_suffix("+fa") {
         (ty, true, true)
     } else if let Some(ty) = variant.strip_suffix("+ggml") {
         (ty, false, false)
+    } else if let Some(ty) = variant.strip_suffix("+rpc") {
+        (ty, false, false)
     } else {
         (variant, false, true)
     };
+    let _server = variant.ends_with("+rpc").then(|| RpcServer::start(threads));
     let wtype = if ty == "f32" {
         None
     } else {
         DType::from_name(ty)
     };
     let store = TensorStore::open(dir).expect("weights");
-    let backend = Rc::new(Backend::cpu(threads).expect("cpu"));
+    let backend = match &_server {
+        Some(server) => {
+            sd_cli::ggml::rpc::add_servers(std::slice::from_ref(&server.endpoint))
+                .expect("RPC server");
+            Rc::new(Backend::new(&BackendChoice::Named("RPC0".into()), threads).expect("RPC0"))
+        }
+        None => Rc::new(Backend::cpu(threads).expect("cpu")),
+    };
     let (model, weights) = {
         let src = StoreSource::new(&store, "");
         let loader = WeightLoader::new(&src, wtype);
@@ -75,6 +87,39 @@ fn run_variant(dir: &Path, variant: &str, threads: usize) {
         "ours_s {best:.3} rss_mb {:.0} weights_mb {weight_mb:.0}",
         peak_rss_mb()
     );
+}
+
+/// `sd-cli --rpc-server` on a free loopback port, stopped when dropped.
+struct RpcServer {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl RpcServer {
+    fn start(threads: usize) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+            .args(["--rpc-server", "--port", &port.to_string()])
+            .args(["-t", &threads.to_string()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("sd-cli --rpc-server");
+        let endpoint = format!("127.0.0.1:{port}");
+        while std::net::TcpStream::connect(&endpoint).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self { child, endpoint }
+    }
+}
+
+impl Drop for RpcServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A competing busy process (`--contend`): one thread spinning on its own until dropped, the
@@ -211,10 +256,12 @@ fn run_class(dir: &Path, class: &str, threads: usize, only: Option<&[String]>, c
     } else {
         &["f32", "bf16", "q8_0"]
     };
-    for ty in variants {
-        if only.is_some_and(|o| !o.iter().any(|v| v == ty)) {
-            continue;
-        }
+    // `--variants` may also name variants outside the default list (`f32+rpc`, `f16+fa`).
+    let chosen: Vec<&str> = match only {
+        Some(o) => o.iter().map(String::as_str).collect(),
+        None => variants.to_vec(),
+    };
+    for ty in &chosen {
         let o = Command::new(&me)
             .args(["--variant", ty, "--threads", &threads.to_string(), "--dir"])
             .arg(dir)

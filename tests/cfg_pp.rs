@@ -14,7 +14,7 @@ use sd_cli::pipeline::pixart::{PixArtPipeline, PixArtRequest};
 use sd_cli::pipeline::qwen_image_2_1::{schedule_options, QwenImage21Request, DEFAULT_SCHEDULE};
 use sd_cli::pipeline::{LoadContext, ModelArgs};
 use sd_cli::rng::RngKind;
-use sd_cli::runner::{BackendPlan, MemoryOptions};
+use sd_cli::runner::MemoryOptions;
 use sd_cli::sampling::{Guidance, SamplerKind, SamplingPlan, ScheduleKind};
 
 const CFG: f32 = 1.5;
@@ -44,7 +44,7 @@ fn pixart_cfg_pp_matches_the_transcription() {
             ComponentId::Vae,
             component(ComponentId::Vae, &d.join("vae")),
         );
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let tok = t5_tokenizer();
     let pipe = PixArtPipeline::load(
         &files,
@@ -98,7 +98,7 @@ fn pixart_cfg_pp_matches_the_transcription() {
 fn qwen_image_2_1_cfg_pp_matches_the_transcription() {
     let reference = open_fixture("cfg_pp/qwen.safetensors");
     let files = qwen_store(&fixture_path("qwen_image_pipeline"), false);
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let parts = QwenParts {
         encoder: false,
         vision: false,

@@ -73,7 +73,7 @@ fn load(files: &ComponentFiles, plan: &BackendPlan) -> PixArtPipeline {
 fn stages_match_diffusers() {
     let reference = open_fixture("pixart_pipeline/reference.safetensors");
     let s = store();
-    let plan = BackendPlan::cpu(2);
+    let plan = common::device::test_plan(2);
     let pipe = load(&s, &plan);
 
     let want_ids: Vec<i32> = tensor(&reference, "token_ids")

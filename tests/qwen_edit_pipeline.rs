@@ -97,7 +97,7 @@ fn sample_with(
 fn stages_match_diffusers() {
     let reference = open_fixture("qwen_edit_pipeline/reference.safetensors");
     let s = store(true);
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let pipe = load(&s, &backends, true);
     for (run, files) in RUNS {
         let edit = pipe
@@ -144,7 +144,7 @@ fn stages_match_diffusers() {
 #[test]
 fn prefix_cache_on_and_off_agree() {
     let s = store(true);
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let on = load(&s, &backends, true);
     let off = load(&s, &backends, false);
     let r = refs(RUNS[1].1);
@@ -408,7 +408,7 @@ fn mmproj_gguf_vision_weights_give_the_same_image() {
 #[test]
 fn init_image_strength_one_equals_text_to_image() {
     let s = store(false);
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let parts = QwenParts {
         encoder: true,
         vision: false,

@@ -52,7 +52,7 @@ fn sample_plan() -> SamplingPlan {
 fn stages_match_diffusers() {
     let reference = open_fixture("qwen_image_pipeline/reference.safetensors");
     let s = store();
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let pipe = load(&s, &backends, true);
 
     for (name, text) in [("cond", PROMPT), ("uncond", NEGATIVE)] {
@@ -104,7 +104,7 @@ fn stages_match_diffusers() {
 #[test]
 fn sizes_must_be_multiples_of_32() {
     let s = store();
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let pipe = load(&s, &backends, false);
     let plan = sample_plan();
     let mut noise = RngKind::Cpu.create(1);
@@ -294,7 +294,7 @@ fn one_step(pipe: &QwenImage21Pipeline) -> Vec<f32> {
 #[test]
 fn single_file_diffusion_prefix_loads_the_same() {
     let d = dir();
-    let backends = BackendPlan::cpu(2);
+    let backends = common::device::test_plan(2);
     let plain = store();
     let want = one_step(&load(&plain, &backends, true));
 

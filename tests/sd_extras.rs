@@ -28,7 +28,7 @@ use sd_cli::models::vae::Vae;
 use sd_cli::pipeline::components::{ComponentFiles, ComponentId, ComponentStore, Needs};
 use sd_cli::pipeline::sd::SdPipeline;
 use sd_cli::pipeline::{LoadContext, ModelArgs};
-use sd_cli::runner::{BackendPlan, MemoryOptions};
+use sd_cli::runner::MemoryOptions;
 use sd_cli::sampling::Prediction;
 use sd_cli::tensor::HostTensor;
 use sd_cli::weights::safetensors::{parse_safetensors, write_safetensors, SafetensorsItem};
@@ -78,7 +78,7 @@ fn model_files(model: &Path) -> ComponentFiles {
 }
 
 fn load(model: &Path, embd_dir: Option<&Path>) -> SdPipeline {
-    let plan = BackendPlan::cpu(2);
+    let plan = common::device::test_plan(2);
     SdPipeline::load(
         &model_files(model),
         &LoadContext {

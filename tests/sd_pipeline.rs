@@ -175,7 +175,7 @@ fn sdxl_folder_single_file_and_components_match_diffusers() {
 
 #[test]
 fn sd2_folder_reads_v_prediction_from_its_scheduler_config() {
-    let plan = BackendPlan::cpu(2);
+    let plan = common::device::test_plan(2);
     let pipe = load(&folder_files("sd2"), &plan, None);
     assert_eq!(pipe.version(), SdVersion::Sd2);
     assert_eq!(pipe.prediction(), Prediction::V);
@@ -186,7 +186,7 @@ fn sd2_folder_reads_v_prediction_from_its_scheduler_config() {
 
 #[test]
 fn conditioning_and_latent_match_diffusers() {
-    let plan = BackendPlan::cpu(2);
+    let plan = common::device::test_plan(2);
     for variant in ["sd1", "sd2", "sdxl"] {
         let reference = open_fixture(&format!("sd_pipeline/{variant}/reference.safetensors"));
         let pipe = load(&folder_files(variant), &plan, None);
@@ -245,7 +245,7 @@ fn conditioning_and_latent_match_diffusers() {
 /// `clip_skip=1`).
 #[test]
 fn sd1_clip_skip_two_is_the_penultimate_layer_with_the_final_norm() {
-    let plan = BackendPlan::cpu(2);
+    let plan = common::device::test_plan(2);
     let reference = open_fixture("sd_pipeline/sd1/reference.safetensors");
     let pipe = load(&folder_files("sd1"), &plan, Some(2));
     let (cond, _) = pipe.conditions(PROMPT, "", false).unwrap();
@@ -261,7 +261,7 @@ fn sd1_clip_skip_two_is_the_penultimate_layer_with_the_final_norm() {
 /// keeps the pooled embedding of "" (diffusers zeroes both).
 #[test]
 fn sdxl_empty_negative_prompt_zeroes_the_context_only() {
-    let plan = BackendPlan::cpu(2);
+    let plan = common::device::test_plan(2);
     let pipe = load(&folder_files("sdxl"), &plan, None);
     let (_, uncond) = pipe.conditions(PROMPT, "", true).unwrap();
     let uncond = uncond.unwrap();

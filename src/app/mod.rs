@@ -11,6 +11,7 @@ mod metadata;
 mod output;
 pub mod output_path;
 mod preview;
+mod rpc_server;
 mod upscale;
 
 pub use config::{
@@ -18,6 +19,7 @@ pub use config::{
     PreviewSettings, RunConfig, RuntimeConfig, SamplingConfig, UpscaleSettings, VideoSettings,
 };
 pub use devices::print_devices;
+pub use rpc_server::serve_rpc;
 
 use crate::error::{Error, Result};
 

@@ -14,4 +14,5 @@ pub use args::Cli;
 pub use checks::physical_cores;
 pub use docs::{print_completions, print_man_page};
 pub use error::CliError;
+pub use resolve::connect_rpc_servers;
 pub use unimplemented::{unimplemented_flags, unimplemented_mode};

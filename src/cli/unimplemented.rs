@@ -58,7 +58,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--force-sdxl-vae-conv-scale",
     "--params-backend",
     "--split-mode",
-    "--rpc-servers",
     "--stream-layers",
     "--eager-load",
     "--auto-fit",

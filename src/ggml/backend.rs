@@ -46,7 +46,7 @@ fn cstr(p: *const std::os::raw::c_char) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-fn device_info(dev: sys::ggml_backend_dev_t) -> DeviceInfo {
+pub(super) fn device_info(dev: sys::ggml_backend_dev_t) -> DeviceInfo {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: `dev` comes from the registry and stays valid for the program's lifetime.
     unsafe { sys::ggml_backend_dev_memory(dev, &mut free, &mut total) };
@@ -68,7 +68,7 @@ fn device_info(dev: sys::ggml_backend_dev_t) -> DeviceInfo {
     }
 }
 
-fn devices() -> Vec<sys::ggml_backend_dev_t> {
+pub(super) fn devices() -> Vec<sys::ggml_backend_dev_t> {
     // SAFETY: registry queries; backends are linked statically and registered at start-up.
     let n = unsafe { sys::ggml_backend_dev_count() };
     // SAFETY: index < count.
@@ -192,6 +192,10 @@ impl Backend {
     /// bound (see [`Tensor::check_bound`]); otherwise this returns an error naming the tensor
     /// instead of letting the kernels read freed or missing memory.
     pub fn compute<G: ComputeGraph>(&self, graph: &G) -> Result<(), GgmlError> {
+        // Nothing to run (every output already existed); some backends (RPC) assert on it.
+        if graph_nodes(graph).next().is_none() {
+            return Ok(());
+        }
         // Leaves in the node list (a sub-graph's sizing pads) are not computed by ggml.
         for node in graph_nodes(graph).filter(|n| !n.is_leaf()) {
             node.check_bound()?;

@@ -28,6 +28,8 @@ pub enum GgmlError {
     Unbound(String),
     #[error("tensor memory binding: {0}")]
     Binding(String),
+    #[error("RPC server {endpoint}: {reason}")]
+    Rpc { endpoint: String, reason: String },
     #[error("tensor '{name}' has type {ty}, which cannot be read back as f32")]
     Unreadable { name: String, ty: String },
 }

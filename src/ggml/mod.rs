@@ -15,6 +15,7 @@ mod logging;
 mod mmap;
 mod ops;
 mod quant;
+pub mod rpc;
 #[allow(unsafe_code)]
 mod sys;
 mod types;
@@ -28,7 +29,7 @@ pub use error::GgmlError;
 pub use gemm::{blocked_gemm_available, BlockedOp, ConvGeometry, CpuKernels};
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;
-pub use logging::set_verbose;
+pub use logging::{exit_on_abort, set_verbose};
 pub use mmap::{map_readonly, release_resident};
 pub use ops::{RopeMode, ScaleMode};
 pub use quant::{dequantize_rows, quantize_rows, QuantizeError};

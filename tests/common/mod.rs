@@ -2,7 +2,9 @@
 //! comparing against reference outputs with a stated tolerance.
 #![allow(dead_code)]
 
+pub mod device;
 mod qwen_fixture;
+pub use device::test_backend;
 // Not every test binary loads the Qwen fixtures.
 #[allow(unused_imports)]
 pub use qwen_fixture::{component, qwen_pipeline, qwen_store, QwenParts};
@@ -38,8 +40,10 @@ pub fn tensor(store: &TensorStore, name: &str) -> HostTensor {
     HostTensor::new(info.ne, data).expect("consistent fixture tensor")
 }
 
+/// The backend in-process tests run on: the CPU, unless `SD_CLI_TEST_BACKEND` names another
+/// device (see `device.rs`).
 pub fn cpu() -> Rc<Backend> {
-    Rc::new(Backend::cpu(2).expect("CPU backend"))
+    test_backend(2)
 }
 
 /// Declares a block's weights from `prefix` of `store` and loads them on the CPU.

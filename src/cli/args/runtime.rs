@@ -23,9 +23,44 @@ pub struct RuntimeArgs {
     #[arg(long = "split-mode", value_name = "SPEC", action = ArgAction::Append, allow_hyphen_values = true)]
     pub split_mode: Vec<String>,
 
-    /// comma-separated RPC servers (host:port) to offload to; repeats are joined
-    #[arg(long = "rpc-servers", value_name = "LIST", action = ArgAction::Append, allow_hyphen_values = true)]
+    /// comma-separated RPC servers (host:port) whose devices (RPC0, RPC1, ...) can be used in
+    /// --backend; repeats are joined
+    #[arg(long = "rpc-servers", visible_alias = "rpc", value_name = "LIST", action = ArgAction::Append, allow_hyphen_values = true)]
     pub rpc_servers: Vec<String>,
+
+    /// serve this machine's devices (--backend names them; default: its GPUs, else the CPU)
+    /// to other sd-cli runs over ggml RPC until stopped; unauthenticated, see docs/rpc.md
+    #[arg(long = "rpc-server")]
+    pub rpc_server: bool,
+
+    /// address the RPC server listens on (anything but loopback lets others on the network
+    /// run work on this machine)
+    #[arg(
+        long = "host",
+        value_name = "HOST",
+        default_value = "127.0.0.1",
+        requires = "rpc_server"
+    )]
+    pub host: String,
+
+    /// port the RPC server listens on
+    #[arg(
+        long = "port",
+        value_name = "PORT",
+        default_value_t = 50052,
+        requires = "rpc_server"
+    )]
+    pub port: u16,
+
+    /// directory where the RPC server keeps large tensors clients sent, so a client that
+    /// reconnects does not send them again
+    #[arg(
+        long = "rpc-cache",
+        value_name = "DIR",
+        requires = "rpc_server",
+        allow_hyphen_values = true
+    )]
+    pub rpc_cache: Option<std::path::PathBuf>,
 
     /// VRAM budget in GiB for graph-cut segmented execution: a value or per-device assignments
     /// (e.g. 6 or cuda0=6,vulkan0=4); 0 disables graph splitting; a negative value auto-detects

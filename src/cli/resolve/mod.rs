@@ -20,6 +20,7 @@ mod models;
 mod modes;
 mod output;
 mod runtime;
+pub use runtime::connect_rpc_servers;
 mod sampling;
 mod tiling;
 

@@ -7,7 +7,29 @@ use crate::cli::error::{invalid, CliError};
 use crate::ggml::BackendChoice;
 use crate::runner::{BackendSpec, MaxVram, MemoryOptions, Role};
 
+/// Connects the `--rpc-servers`, so their devices (`RPC0`, ...) can be named in `--backend`
+/// and `--max-vram` and show in `--list-devices`.
+pub fn connect_rpc_servers(cli: &Cli) -> Result<(), CliError> {
+    let text = cli.runtime.rpc_servers.join(",");
+    let endpoints: Vec<String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(String::from)
+        .collect();
+    if endpoints.is_empty() {
+        return Ok(());
+    }
+    let added = crate::ggml::rpc::add_servers(&endpoints)
+        .map_err(|e| invalid("--rpc-servers", &text, e.to_string()))?;
+    for d in added {
+        log::info!("RPC device {} on {}", d.name, d.description);
+    }
+    Ok(())
+}
+
 pub(super) fn resolve(cli: &Cli) -> Result<RuntimeConfig, CliError> {
+    connect_rpc_servers(cli)?;
     let r = &cli.runtime;
     let threads = if r.threads <= 0 {
         physical_cores()

@@ -1,6 +1,6 @@
 //! Running a built graph monolithically or segment by segment within the device budget.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::plan::{plan, Plan};
 use super::{human, RunReport, SegmentReport};
@@ -232,6 +232,9 @@ fn run_segments<'g, R>(
             None => groups.push(((p.first, p.last), vec![p.tensor])),
         }
     }
+    let pinned_ids: HashSet<usize> = plan.pins.iter().map(|p| p.tensor.id()).collect();
+    let node_ids: HashSet<usize> = nodes.iter().map(|t| t.id()).collect();
+    let mut pinned_views: Vec<Tensor<'g>> = Vec::new();
     // Hand-over buffers with the last segment that reads them; outputs live to the end.
     let mut live: Vec<(usize, BoundBuffer<'g>)> = Vec::new();
     let mut reports = Vec::with_capacity(n);
@@ -344,8 +347,22 @@ fn run_segments<'g, R>(
             let _allocation = galloc.alloc(&sub)?;
             runner.backend.compute(&sub)?;
         }
+        release_intermediates(
+            &nodes[seg.nodes.clone()],
+            |t| node_ids.contains(&t.id()) || weights.is_some_and(|w| w.index_of(t.id()).is_some()),
+            &pinned_ids,
+            &mut pinned_views,
+        );
         if s + 1 < n {
             live.retain(|(last, _)| *last != s);
+            // Views of hand-over tensors whose buffer just went keep no pointer into it.
+            pinned_views.retain(|v| {
+                let freed = !v.storage().has_data();
+                if freed {
+                    v.release_compute_memory();
+                }
+                !freed
+            });
         }
         log_segment(runner, s, n, &rep);
         reports.push(rep);
@@ -362,6 +379,30 @@ fn run_segments<'g, R>(
     let results = read()?;
     drop(live);
     Ok(results)
+}
+
+/// Unbinds what a finished segment's nodes hold in memory that moves: intermediates live in
+/// the segment allocator's buffer, which the next segment reuses or reallocates, and views of
+/// weights are re-derived by the segments that read them (the weight may be evicted or
+/// reloaded). `movable` says whether a storage tensor is such (a node or a weight); views of
+/// other memory (a cache store, an input) keep theirs. Views of hand-over tensors go to
+/// `pinned_views`, to be unbound when their buffer goes.
+fn release_intermediates<'g>(
+    seg_nodes: &[Tensor<'g>],
+    movable: impl Fn(Tensor<'g>) -> bool,
+    pinned: &HashSet<usize>,
+    pinned_views: &mut Vec<Tensor<'g>>,
+) {
+    for t in seg_nodes {
+        let storage = t.storage();
+        if pinned.contains(&storage.id()) {
+            if storage.id() != t.id() {
+                pinned_views.push(*t);
+            }
+        } else if movable(storage) {
+            t.release_compute_memory();
+        }
+    }
 }
 
 fn log_segment(runner: &Runner, s: usize, n: usize, r: &SegmentReport) {
