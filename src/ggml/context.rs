@@ -194,19 +194,6 @@ impl<'c> Tensor<'c> {
         if t.buffer.is_null() || t.data.is_null() {
             return Err(GgmlError::Unbound(self.name()));
         }
-        // SAFETY: a bound tensor's buffer is live while the tensor is bound.
-        let start = unsafe { sys::ggml_backend_buffer_get_base(t.buffer) } as usize;
-        // SAFETY: as above.
-        let size = unsafe { sys::ggml_backend_buffer_get_size(t.buffer) };
-        let data = t.data as usize;
-        if data < start || data + self.n_bytes() > start + size {
-            return Err(GgmlError::Binding(format!(
-                "'{}' ({} bytes at offset {}) lies outside its buffer of {size} bytes",
-                self.name(),
-                self.n_bytes(),
-                data as isize - start as isize
-            )));
-        }
         if let Some(base) = self.view_base() {
             let b = base.get();
             let expected = (b.data as usize).wrapping_add(t.view_offs);
