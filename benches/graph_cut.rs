@@ -8,12 +8,14 @@
 //! segment by segment, evicted from the last segment backward; prefetch is asynchronous only on
 //! devices with async copies, so the CPU row "sync prefetch" shows its planning cost), and offloaded with room for
 //! everything (uploaded once). Memory is the runner's accounted device memory; on the CPU
-//! backend "device" memory is RAM, so this measures the machinery, not a GPU.
+//! backend "device" memory is RAM, so this measures the machinery, not a GPU. `--rpc` runs on
+//! a device instead: this process's CPU served over ggml RPC on loopback (`RPC0`), where
+//! uploads go through the protocol and prefetch uses the device's second queue.
 
 use std::rc::Rc;
 use std::time::Instant;
 
-use sd_cli::ggml::Backend;
+use sd_cli::ggml::{rpc, Backend, BackendChoice};
 use sd_cli::nn::Linear;
 use sd_cli::runner::{MemoryOptions, MemorySource, RunOptions, Runner, WeightLoader};
 
@@ -43,6 +45,8 @@ struct Setup {
     dim: usize,
     tokens: usize,
     threads: usize,
+    /// `--rpc`: the loopback RPC device; `None`: the CPU.
+    device: Option<String>,
 }
 
 fn mib(b: usize) -> f64 {
@@ -77,7 +81,12 @@ fn run(
         );
         src.insert(format!("b.{b}.down.bias"), [d, 1, 1, 1], vec![0.0; d]);
     }
-    let backend = Rc::new(Backend::cpu(s.threads).expect("CPU backend"));
+    let backend = Rc::new(match &s.device {
+        Some(name) => {
+            Backend::new(&BackendChoice::Named(name.clone()), s.threads).expect("RPC device")
+        }
+        None => Backend::cpu(s.threads).expect("CPU backend"),
+    });
     let loader = WeightLoader::new(&src, None);
     let layers: Vec<(Linear, Linear)> = (0..s.blocks)
         .map(|b| {
@@ -121,18 +130,40 @@ fn run(
     (rest, first, runner.last_report().unwrap_or_default(), sum)
 }
 
+/// Serves this process's CPU over RPC on a free loopback port (a thread that ends with the
+/// process) and returns the device name.
+fn loopback_rpc_device(threads: usize) -> String {
+    let endpoint = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .to_string();
+    let at = endpoint.clone();
+    std::thread::spawn(move || {
+        let _ = rpc::serve(&at, &["CPU".to_string()], threads, None);
+    });
+    while std::net::TcpStream::connect(&endpoint).is_err() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let devices = rpc::add_servers(std::slice::from_ref(&endpoint)).expect("RPC server");
+    devices[0].name.clone()
+}
+
 fn main() {
     let s = Setup {
         blocks: arg("--blocks", 24),
         dim: arg("--dim", 512),
         tokens: arg("--tokens", 64),
         threads: arg("--threads", 2),
+        device: std::env::args()
+            .any(|a| a == "--rpc")
+            .then(|| loopback_rpc_device(arg("--threads", 2))),
     };
     let budget = arg("--budget-mib", 64) << 20;
     let calls = arg("--calls", 3);
     let weight_bytes = s.blocks * (8 * s.dim * s.dim + 5 * s.dim) * 4;
     println!(
-        "chain of {} MLP blocks, dim {}, {} tokens, {} threads: weights {:.1} MiB (f32); budget {:.0} MiB; {calls} calls each",
+        "on {}: chain of {} MLP blocks, dim {}, {} tokens, {} threads: weights {:.1} MiB (f32); budget {:.0} MiB; {calls} calls each",
+        s.device.as_deref().unwrap_or("the CPU"),
         s.blocks,
         s.dim,
         s.tokens,
