@@ -8,9 +8,10 @@
 //! segment by segment, evicted from the last segment backward; prefetch is asynchronous only on
 //! devices with async copies, so the CPU row "sync prefetch" shows its planning cost), and offloaded with room for
 //! everything (uploaded once). Memory is the runner's accounted device memory; on the CPU
-//! backend "device" memory is RAM, so this measures the machinery, not a GPU. `--rpc` runs on
-//! a device instead: this process's CPU served over ggml RPC on loopback (`RPC0`), where
-//! uploads go through the protocol and prefetch uses the device's second queue.
+//! backend "device" memory is RAM, so this measures the machinery, not a GPU. `--device NAME`
+//! runs on a device instead (a name from `sd-cli --list-devices`, e.g. `CUDA0`); `--rpc` (or
+//! `--device rpc`) serves this process's CPU over ggml RPC on loopback and runs on `RPC0`,
+//! where uploads go through the protocol and prefetch uses the device's second queue.
 
 use std::rc::Rc;
 use std::time::Instant;
@@ -45,7 +46,7 @@ struct Setup {
     dim: usize,
     tokens: usize,
     threads: usize,
-    /// `--rpc`: the loopback RPC device; `None`: the CPU.
+    /// `--device` / `--rpc`: the device to run on; `None`: the CPU.
     device: Option<String>,
 }
 
@@ -83,7 +84,7 @@ fn run(
     }
     let backend = Rc::new(match &s.device {
         Some(name) => {
-            Backend::new(&BackendChoice::Named(name.clone()), s.threads).expect("RPC device")
+            Backend::new(&BackendChoice::Named(name.clone()), s.threads).expect("the device")
         }
         None => Backend::cpu(s.threads).expect("CPU backend"),
     });
@@ -130,6 +131,22 @@ fn run(
     (rest, first, runner.last_report().unwrap_or_default(), sum)
 }
 
+/// `--device NAME`, `--device rpc` or `--rpc`.
+fn device_arg() -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let named = args
+        .iter()
+        .position(|a| a == "--device")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    match named {
+        Some(name) if !name.eq_ignore_ascii_case("rpc") => Some(name),
+        Some(_) => Some(loopback_rpc_device(arg("--threads", 2))),
+        None if args.iter().any(|a| a == "--rpc") => Some(loopback_rpc_device(arg("--threads", 2))),
+        None => None,
+    }
+}
+
 /// Serves this process's CPU over RPC on a free loopback port (a thread that ends with the
 /// process) and returns the device name.
 fn loopback_rpc_device(threads: usize) -> String {
@@ -154,9 +171,7 @@ fn main() {
         dim: arg("--dim", 512),
         tokens: arg("--tokens", 64),
         threads: arg("--threads", 2),
-        device: std::env::args()
-            .any(|a| a == "--rpc")
-            .then(|| loopback_rpc_device(arg("--threads", 2))),
+        device: device_arg(),
     };
     let budget = arg("--budget-mib", 64) << 20;
     let calls = arg("--calls", 3);
