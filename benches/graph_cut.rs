@@ -141,28 +141,12 @@ fn device_arg() -> Option<String> {
         .cloned();
     match named {
         Some(name) if !name.eq_ignore_ascii_case("rpc") => Some(name),
-        Some(_) => Some(loopback_rpc_device(arg("--threads", 2))),
-        None if args.iter().any(|a| a == "--rpc") => Some(loopback_rpc_device(arg("--threads", 2))),
+        Some(_) => Some(rpc::serve_loopback(arg("--threads", 2)).expect("RPC server")),
+        None if args.iter().any(|a| a == "--rpc") => {
+            Some(rpc::serve_loopback(arg("--threads", 2)).expect("RPC server"))
+        }
         None => None,
     }
-}
-
-/// Serves this process's CPU over RPC on a free loopback port (a thread that ends with the
-/// process) and returns the device name.
-fn loopback_rpc_device(threads: usize) -> String {
-    let endpoint = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .to_string();
-    let at = endpoint.clone();
-    std::thread::spawn(move || {
-        let _ = rpc::serve(&at, &["CPU".to_string()], threads, None);
-    });
-    while std::net::TcpStream::connect(&endpoint).is_err() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let devices = rpc::add_servers(std::slice::from_ref(&endpoint)).expect("RPC server");
-    devices[0].name.clone()
 }
 
 fn main() {

@@ -265,6 +265,32 @@ pub fn serve(
     Err(rpc_error(endpoint, "the RPC server stopped"))
 }
 
+/// Serves this process's CPU over RPC on a free loopback port from a thread (it ends with the
+/// process), adds that server's devices, and returns the first one's name. Tests and
+/// benchmarks use it to run on a device without a GPU.
+pub fn serve_loopback(threads: usize) -> Result<String, GgmlError> {
+    let endpoint = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| rpc_error("127.0.0.1", format!("no free port: {e}")))?
+        .to_string();
+    let at = endpoint.clone();
+    std::thread::spawn(move || {
+        let _ = serve(&at, &["CPU".to_string()], threads, None);
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&endpoint).is_err() {
+        if std::time::Instant::now() > deadline {
+            return Err(rpc_error(&endpoint, "the loopback server did not start"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let devices = add_servers(std::slice::from_ref(&endpoint))?;
+    devices
+        .first()
+        .map(|d| d.name.clone())
+        .ok_or_else(|| rpc_error(&endpoint, "the server reports no devices"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ pub fn test_device() -> Option<String> {
                 return None;
             }
             if name.eq_ignore_ascii_case("rpc") {
-                return Some(start_loopback_server());
+                return Some(rpc::serve_loopback(2).expect("the test RPC server"));
             }
             Some(name.to_string())
         })
@@ -41,29 +41,6 @@ pub fn test_backend(threads: usize) -> Rc<Backend> {
         None => Backend::cpu(threads).expect("CPU backend"),
     };
     Rc::new(backend)
-}
-
-fn start_loopback_server() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port();
-    let endpoint = format!("127.0.0.1:{port}");
-    let serve_at = endpoint.clone();
-    std::thread::spawn(move || {
-        let e = rpc::serve(&serve_at, &["CPU".to_string()], 2, None);
-        panic!("the test RPC server stopped: {e:?}");
-    });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(&endpoint).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "test RPC server did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let devices = rpc::add_servers(std::slice::from_ref(&endpoint)).expect("test RPC server");
-    devices.first().expect("an RPC device").name.clone()
 }
 
 /// A backend plan that puts every component on the test device (or the CPU).
