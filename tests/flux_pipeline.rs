@@ -377,7 +377,8 @@ fn q8_0_gguf_and_segmented_runs() {
     assert!(p >= 35.0, "q8_0: PSNR {p:.1} dB");
 
     // Text encoders left out (their zeros stand in): their token tables alone exceed a budget
-    // that splits this tiny transformer.
+    // that splits this tiny transformer. 1.5 MiB: one block's segment needs 1.3 MiB on
+    // Vulkan (its compute buffers are larger than the CPU's) and still splits on both.
     let schnell = dir().join("schnell.safetensors");
     let bare = |extra: &[&str], out: &Path| {
         let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
@@ -401,7 +402,7 @@ fn q8_0_gguf_and_segmented_runs() {
     };
     let (whole, _) = bare(&[], &tmp.path().join("whole.png"));
     let out = tmp.path().join("segments.png");
-    let (seg, err) = bare(&["--offload-to-cpu", "--max-vram", "0.0012", "-v"], &out);
+    let (seg, err) = bare(&["--offload-to-cpu", "--max-vram", "0.0015", "-v"], &out);
     assert!(err.contains("segment 2/"), "the run is segmented: {err}");
     assert_eq!(seg.data, whole.data, "segmented == whole");
 }

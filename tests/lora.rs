@@ -79,6 +79,7 @@ fn image(o: &Output, out: &Path, what: &str) -> Vec<u8> {
 fn check(got: &[u8], want: &[u8], what: &str, floor: f64) -> f64 {
     let p = psnr(got, want);
     eprintln!("{what}: PSNR {p:.1} dB");
+    let floor = common::device::psnr_floor(floor);
     assert!(p >= floor, "{what}: PSNR {p:.1} dB < {floor}");
     p
 }

@@ -123,9 +123,7 @@ impl Backend {
         };
         let dev = dev.ok_or_else(|| GgmlError::UnknownDevice(name.clone()))?;
         let info = device_info(dev);
-        // SAFETY: `dev` is a registry device; null params select defaults.
-        let raw = unsafe { sys::ggml_backend_dev_init(dev, std::ptr::null()) };
-        let raw = NonNull::new(raw).ok_or(GgmlError::DeviceInit(info.name.clone()))?;
+        let raw = init_device(dev).ok_or(GgmlError::DeviceInit(info.name.clone()))?;
         let backend = Self { raw, dev, info };
         backend.set_threads(threads);
         Ok(backend)
@@ -203,6 +201,7 @@ impl Backend {
                 src.check_bound()?;
             }
         }
+        self.check_supported(graph)?;
         // SAFETY: live backend and graph; every tensor it touches was checked to be bound.
         let status = unsafe { sys::ggml_backend_graph_compute(self.raw(), sealed_ptr(graph)) };
         if status == sys::GGML_STATUS_SUCCESS {
@@ -215,6 +214,41 @@ impl Backend {
                 status: text,
             })
         }
+    }
+
+    /// Whether this device has a kernel for the op that made `t` (the CPU runs every op we
+    /// build), so graph builders can pick another formulation before committing to it.
+    pub fn supports(&self, t: Tensor<'_>) -> bool {
+        // SAFETY: registry device and a live tensor.
+        self.is_cpu() || unsafe { sys::ggml_backend_dev_supports_op(self.dev, t.raw()) }
+    }
+
+    /// A device that lacks a kernel for some op would abort or compute garbage inside ggml:
+    /// refuse the graph up front, naming the op. The CPU runs every op we build.
+    fn check_supported<G: ComputeGraph>(&self, graph: &G) -> Result<(), GgmlError> {
+        if self.is_cpu() {
+            return Ok(());
+        }
+        for node in graph_nodes(graph).filter(|n| !n.is_leaf()) {
+            if !self.supports(node) {
+                let types = node
+                    .srcs()
+                    .iter()
+                    .map(|s| {
+                        let [a, b, c, d] = s.ne();
+                        format!("{} {a}×{b}×{c}×{d}", s.ty())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(GgmlError::UnsupportedOp {
+                    device: self.info.name.clone(),
+                    op: node.op_name(),
+                    tensor: node.name(),
+                    types: format!("[{types}] -> {}", node.ty()),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Whether the device copies asynchronously (host→device transfers can overlap compute).
@@ -237,9 +271,7 @@ impl Backend {
 
     /// Another instance on the same device (its own queue/stream), for async copies.
     pub fn new_stream(&self) -> Result<Backend, GgmlError> {
-        // SAFETY: `dev` is a registry device; null params select defaults.
-        let raw = unsafe { sys::ggml_backend_dev_init(self.dev, std::ptr::null()) };
-        let raw = NonNull::new(raw).ok_or(GgmlError::DeviceInit(self.info.name.clone()))?;
+        let raw = init_device(self.dev).ok_or(GgmlError::DeviceInit(self.info.name.clone()))?;
         Ok(Self {
             raw,
             dev: self.dev,
@@ -354,8 +386,19 @@ impl Backend {
     }
 }
 
+/// Serialises backend creation and teardown: ggml's Vulkan backend sets its device up lazily
+/// on the first init and races when two threads do that at once (the loader then aborts).
+static DEVICE_SETUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn init_device(dev: sys::ggml_backend_dev_t) -> Option<NonNull<sys::ggml_backend>> {
+    let _guard = DEVICE_SETUP.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: `dev` is a registry device; null params select defaults.
+    NonNull::new(unsafe { sys::ggml_backend_dev_init(dev, std::ptr::null()) })
+}
+
 impl Drop for Backend {
     fn drop(&mut self) {
+        let _guard = DEVICE_SETUP.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: we own the backend and free it exactly once.
         unsafe { sys::ggml_backend_free(self.raw.as_ptr()) }
     }

@@ -145,6 +145,11 @@ impl<'c> Tensor<'c> {
         !self.get().view_src.is_null()
     }
 
+    /// Byte offset of a view into its source's memory (0 for a tensor that is not a view).
+    pub fn view_offset(self) -> usize {
+        self.get().view_offs
+    }
+
     /// Sets the tensor's ggml name; names longer than ggml's 63 bytes are truncated by ggml, so
     /// callers keep long names on the Rust side.
     pub fn set_name(self, name: &str) -> Self {

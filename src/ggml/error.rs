@@ -14,6 +14,16 @@ pub enum GgmlError {
     },
     #[error("graph compute failed on {device}: {status}")]
     Compute { device: String, status: String },
+    #[error(
+        "{device} cannot run op {op} (node '{tensor}', operands {types}); \
+         run this component on another device (--backend)"
+    )]
+    UnsupportedOp {
+        device: String,
+        op: String,
+        tensor: String,
+        types: String,
+    },
     #[error("no compute device named '{0}' (run with --list-devices to see the choices)")]
     UnknownDevice(String),
     #[error("could not initialise compute device '{0}'")]

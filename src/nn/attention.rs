@@ -12,7 +12,7 @@ pub struct AttentionMask<'g>(pub Tensor<'g>);
 ///
 /// On the CPU with AVX-512 or AVX2: the blocked kernels (`ggml::gemm`), exact in f32.
 /// Otherwise, with `g.flash_attn()` the fused kernel runs with K/V in f16 and f32
-/// accumulation, else softmax(q k^T * scale + mask) v in f32.
+/// accumulation where the device has it, else softmax(q k^T * scale + mask) v in f32.
 pub fn attention<'g>(
     g: &'g GraphCtx<'g>,
     q: Tensor<'g>,
@@ -57,7 +57,12 @@ pub fn attention<'g>(
         let mask = mask.map(|m| g.cast(m.0, DType::F16));
         // result: [d, H, n_q, B]
         let out = g.flash_attn_ext(q, k, v, mask, scale);
-        return g.reshape(out, [dim, n_q, batch, 1]);
+        if g.device_supports(out) {
+            return g.reshape(out, [dim, n_q, batch, 1]);
+        }
+        // As sd-cli does: a device without the fused kernel for this shape (Vulkan's needs
+        // head sizes divisible by 8) computes the attention below on the same device.
+        log::debug!("no fused attention kernel for head size {head_dim} on this device");
     }
 
     // Backends without the f32 fused kernel (GPUs without --fa): scores [n_kv, n_q, H, B].

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use super::cache::{CacheStores, NamedCache};
 use super::weights::{AdapterTensors, ModelWeights, Param};
 use crate::dtype::DType;
-use crate::ggml::{Context, CpuKernels, Graph, Tensor};
+use crate::ggml::{Backend, Context, CpuKernels, Graph, Tensor};
 use crate::tensor::Ne;
 
 pub(crate) enum InputData {
@@ -37,6 +37,8 @@ pub struct GraphCtx<'g> {
     /// Destinations of this graph's cache stores.
     stores: &'g CacheStores,
     flash_attn: bool,
+    /// The device the graph runs on, asked whether it has a kernel for an op.
+    backend: Option<&'g Backend>,
     /// Exact attention may use ggml's fused kernel with f32 K/V (the CPU backend has it).
     fused_f32_attention: bool,
     /// The blocked CPU kernels, when the graph runs on the CPU backend and may use them.
@@ -70,6 +72,7 @@ impl<'g> GraphCtx<'g> {
             cuts: RefCell::new(Vec::new()),
             stores,
             flash_attn,
+            backend: None,
             fused_f32_attention: false,
             cpu_kernels: None,
             graph: None,
@@ -82,6 +85,17 @@ impl<'g> GraphCtx<'g> {
     pub(crate) fn with_fused_f32_attention(mut self, on: bool) -> Self {
         self.fused_f32_attention = on;
         self
+    }
+
+    /// The device the graph will run on (ops it lacks are built another way where one exists).
+    pub(crate) fn with_backend(mut self, backend: &'g Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Whether the graph's device has a kernel for the op that made `t` (true without a device).
+    pub fn device_supports(&self, t: Tensor<'g>) -> bool {
+        self.backend.is_none_or(|b| b.supports(t))
     }
 
     /// Lets weight products, f32 convolutions and attention run through the blocked CPU
@@ -122,6 +136,15 @@ impl<'g> GraphCtx<'g> {
         dilation: (usize, usize),
         direct: bool,
     ) -> Tensor<'g> {
+        // A device binds each operand at an offset aligned to its storage-buffer alignment
+        // (≤ 256 bytes); ggml-vulkan's im2col cannot read from inside one and aborts, so a
+        // view starting elsewhere (a frame of a causal video convolution) gets its own copy.
+        let misaligned = x.is_view() && !x.view_offset().is_multiple_of(256);
+        let x = if misaligned && self.backend.is_some_and(|b| !b.is_cpu()) {
+            self.ctx.cont(x)
+        } else {
+            x
+        };
         self.ctx
             .conv_2d_on(kernel, x, (stride, pad, dilation), direct, self.cpu_kernels)
     }

@@ -274,6 +274,7 @@ impl Runner {
             stores,
             self.options.flash_attn,
         )
+        .with_backend(&self.backend)
         .with_fused_f32_attention(self.backend.is_cpu())
         .with_cpu_kernels(kernels)
         .with_graph(&graph);

@@ -94,8 +94,10 @@ pub fn max_abs_diff(got: &HostTensor, want: &HostTensor) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// Asserts max |got - want| ≤ tol · max(1, max |want|) and returns the error.
+/// Asserts max |got - want| ≤ tol · max(1, max |want|) and returns the error. `tol` is the
+/// CPU's; on a GPU-class test device it widens to that device's floor (`device::tolerance`).
 pub fn assert_close(what: &str, got: &HostTensor, want: &HostTensor, tol: f32) -> f32 {
+    let tol = device::tolerance(tol);
     let err = max_abs_diff(got, want);
     let scale = want.data.iter().fold(1.0f32, |m, v| m.max(v.abs()));
     assert!(

@@ -100,12 +100,16 @@ impl Layer {
         let k = prep(&self.k, &self.k_norm, c.kv_heads);
         let v = g.reshape(self.v.forward(g, h), [hd, c.kv_heads, n, 1]);
         let scale = 1.0 / (hd as f32).sqrt();
-        let attn = if g.flash_attn() {
+        let fused = g.flash_attn().then(|| {
             let k = g.cast(k, crate::dtype::DType::F16);
             let v = g.cast(g.permute(v, [0, 2, 1, 3]), crate::dtype::DType::F16);
             let mask = g.cast(mask, crate::dtype::DType::F16);
             // → [hd, heads, n]
             g.flash_attn_ext(q, k, v, Some(mask), scale)
+        });
+        // A device without the fused kernel for this head size takes the plain path.
+        let attn = if let Some(out) = fused.filter(|&out| g.device_supports(out)) {
+            out
         } else {
             // scores [n_kv, n_q, heads]; the KV head is broadcast over its query group.
             let probs = g.soft_max_ext(g.mul_mat(k, q), Some(mask), scale);
