@@ -39,8 +39,6 @@ pub struct GraphCtx<'g> {
     flash_attn: bool,
     /// The device the graph runs on, asked whether it has a kernel for an op.
     backend: Option<&'g Backend>,
-    /// Exact attention may use ggml's fused kernel with f32 K/V (the CPU backend has it).
-    fused_f32_attention: bool,
     /// The blocked CPU kernels, when the graph runs on the CPU backend and may use them.
     cpu_kernels: Option<CpuKernels>,
     /// The graph being built, when the runner made it first: cache stores are scheduled
@@ -73,18 +71,9 @@ impl<'g> GraphCtx<'g> {
             stores,
             flash_attn,
             backend: None,
-            fused_f32_attention: false,
             cpu_kernels: None,
             graph: None,
         }
-    }
-
-    /// Lets exact attention run through ggml's fused kernel with f32 K/V (online softmax in
-    /// f32: no score matrix in memory, same results to f32 rounding). Only backends whose
-    /// fused kernel takes f32 K/V (the CPU) turn this on.
-    pub(crate) fn with_fused_f32_attention(mut self, on: bool) -> Self {
-        self.fused_f32_attention = on;
-        self
     }
 
     /// The device the graph will run on (ops it lacks are built another way where one exists).
@@ -268,9 +257,11 @@ impl<'g> GraphCtx<'g> {
         self.flash_attn
     }
 
-    /// Whether exact (non-`--fa`) attention may use the fused kernel with f32 K/V.
+    /// Whether exact (non-`--fa`) attention may use ggml's fused kernel with f32 K/V (online
+    /// softmax in f32: no score matrix in memory, same results to f32 rounding). Only the CPU
+    /// backend's fused kernel takes f32 K/V.
     pub fn fused_f32_attention(&self) -> bool {
-        self.fused_f32_attention
+        self.backend.is_some_and(|b| b.is_cpu())
     }
 
     /// Marks `t` as a possible split point closing block `group` (see the graph-cut planner).

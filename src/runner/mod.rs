@@ -275,7 +275,6 @@ impl Runner {
             self.options.flash_attn,
         )
         .with_backend(&self.backend)
-        .with_fused_f32_attention(self.backend.is_cpu())
         .with_cpu_kernels(kernels)
         .with_graph(&graph);
         let outputs = build(&g);
