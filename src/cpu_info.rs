@@ -138,14 +138,17 @@ pub fn cpu_line(threads: usize) -> String {
     let features = cpu_features();
     let kernels = if !kernel_may_use("avx512f") {
         if kernel_may_use("avx2") && kernel_may_use("fma") {
-            "blocked AVX2 products, bf16 weights widened to f32; ggml's kernels for the rest"
+            "blocked AVX2 products, bf16 and q8_0 weights widened to f32; ggml's kernels for the rest"
         } else {
             "ggml's kernels"
         }
-    } else if kernel_may_use("avx512bf16") {
-        "blocked AVX-512 kernels"
     } else {
-        "blocked AVX-512 kernels, bf16 weights widened to f32"
+        match (kernel_may_use("avx512bf16"), kernel_may_use("avx512vnni")) {
+            (true, true) => "blocked AVX-512 kernels",
+            (false, true) => "blocked AVX-512 kernels, bf16 weights widened to f32",
+            (true, false) => "blocked AVX-512 kernels, q8_0 weights widened to f32",
+            (false, false) => "blocked AVX-512 kernels, bf16 and q8_0 weights widened to f32",
+        }
     };
     let cap = match cpu_cap() {
         CpuCap::Native => String::new(),

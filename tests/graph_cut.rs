@@ -251,6 +251,39 @@ fn pixart_offloaded_weights_stream_through_a_small_budget() {
     }
 }
 
+/// `--offload-to-cpu` keeps the weights in the device's pinned host memory when the device
+/// offers one (ggml's Vulkan and CUDA backends do: uploads go straight from it by DMA, and can
+/// overlap compute on the second queue), in plain RAM otherwise; resident weights sit in the
+/// device's own memory.
+#[test]
+fn offloaded_weights_sit_in_the_devices_pinned_host_memory() {
+    let case = open_fixture("pixart/sigma.safetensors");
+    let backend = cpu();
+    let pinned = backend.pinned_host_memory();
+    if backend.name().starts_with("Vulkan") {
+        assert_eq!(pinned.as_deref(), Some("Vulkan_Host"), "{}", backend.name());
+    }
+    for offload in [false, true] {
+        let source = StoreSource::new(&case, "w.");
+        let loader = WeightLoader::new(&source, None);
+        let config = PixArtConfig::detect_with_head_dim(&loader.root(""), 8).unwrap();
+        let _model = PixArt::new(&loader.root(""), config).unwrap();
+        let w = finish(loader, &backend, offload);
+        let (memory, host) = w.memory();
+        eprintln!(
+            "{}: offload {offload}: weights in {memory} (host {host}), pinned type {pinned:?}",
+            backend.name()
+        );
+        if offload {
+            assert!(host, "offloaded weights must be host memory, got {memory}");
+            assert_eq!(memory, pinned.clone().unwrap_or_else(|| "CPU".into()));
+        } else {
+            assert_eq!(host, backend.is_cpu(), "resident weights in {memory}");
+            assert_ne!(Some(&memory), pinned.as_ref());
+        }
+    }
+}
+
 #[test]
 fn pixart_offloaded_without_budget_uploads_once() {
     let case = PixArtCase::new(2);

@@ -106,6 +106,15 @@ impl Arena {
     pub fn buffer_size(&self) -> usize {
         self.buffer.borrow().as_ref().map_or(0, Buffer::size)
     }
+
+    /// The arena's memory: its buffer type's name and whether the CPU addresses it directly
+    /// (`None` before [`Arena::allocate`]).
+    pub fn memory(&self) -> Option<(String, bool)> {
+        self.buffer
+            .borrow()
+            .as_ref()
+            .map(|b| (b.type_name(), b.is_host()))
+    }
 }
 
 impl Arena {

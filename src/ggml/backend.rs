@@ -284,6 +284,19 @@ impl Backend {
         unsafe { sys::ggml_backend_get_default_buffer_type(self.raw()) }
     }
 
+    /// The device's pinned host buffer type, when it offers one.
+    fn pinned_host_buffer_type(&self) -> Option<sys::ggml_backend_buffer_type_t> {
+        // SAFETY: registry device; returns null when the device has no host buffer type.
+        let buft = unsafe { sys::ggml_backend_dev_host_buffer_type(self.dev) };
+        (!buft.is_null()).then_some(buft)
+    }
+
+    /// The name of the device's pinned host memory (`Vulkan_Host`, `CUDA_Host`, ...), `None`
+    /// when the device has none and offloaded weights live in plain RAM.
+    pub fn pinned_host_memory(&self) -> Option<String> {
+        self.pinned_host_buffer_type().map(buft_name)
+    }
+
     /// Allocates host memory for every tensor of `ctx` that has none yet: the device's
     /// pinned host buffer type when it has one (fast, async-capable uploads), else plain RAM.
     pub(super) fn alloc_context_host(
@@ -292,12 +305,10 @@ impl Backend {
         what: &str,
     ) -> Result<Buffer, GgmlError> {
         let bytes: usize = ctx.tensors().iter().map(|t| t.n_bytes()).sum();
-        // SAFETY: registry device; returns null when the device has no host buffer type.
-        let mut buft = unsafe { sys::ggml_backend_dev_host_buffer_type(self.dev) };
-        if buft.is_null() {
+        let buft = self.pinned_host_buffer_type().unwrap_or_else(|| {
             // SAFETY: the CPU buffer type is static.
-            buft = unsafe { sys::ggml_backend_cpu_buffer_type() };
-        }
+            unsafe { sys::ggml_backend_cpu_buffer_type() }
+        });
         // SAFETY: live context and buffer type; returns null on failure.
         let raw = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.raw(), buft) };
         match NonNull::new(raw) {
@@ -450,6 +461,25 @@ impl Buffer {
         // SAFETY: live buffer.
         unsafe { sys::ggml_backend_buffer_get_size(self.raw.as_ptr()) }
     }
+
+    /// The name of the buffer's memory type (`CPU`, `Vulkan0`, `Vulkan_Host`, `RPC0[...]`).
+    pub fn type_name(&self) -> String {
+        // SAFETY: live buffer; its type is static for the backend's lifetime.
+        buft_name(unsafe { sys::ggml_backend_buffer_get_type(self.raw.as_ptr()) })
+    }
+
+    /// Whether the CPU can address the buffer's memory directly.
+    pub fn is_host(&self) -> bool {
+        // SAFETY: live buffer.
+        unsafe { sys::ggml_backend_buffer_is_host(self.raw.as_ptr()) }
+    }
+}
+
+fn buft_name(buft: sys::ggml_backend_buffer_type_t) -> String {
+    // SAFETY: a live buffer type's name is a NUL-terminated static string.
+    unsafe { std::ffi::CStr::from_ptr(sys::ggml_backend_buft_name(buft)) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 impl Drop for Buffer {

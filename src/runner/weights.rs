@@ -204,8 +204,9 @@ impl<'s> WeightLoader<'s> {
                 adapters.len()
             );
         }
+        let memory = arena.memory().map(|(name, _)| name).unwrap_or_default();
         log::debug!(
-            "{what}: loaded {} tensors, {:.1} MiB {} {} in {:.2}s",
+            "{what}: loaded {} tensors, {:.1} MiB {} {} ({memory}) in {:.2}s",
             decls.len(),
             bytes_total as f64 / (1024.0 * 1024.0),
             if offload { "in host memory for" } else { "on" },
@@ -623,6 +624,12 @@ impl ModelWeights {
     /// Whether the weights live in host memory and are copied to the device on demand.
     pub fn is_offloaded(&self) -> bool {
         self.offloaded
+    }
+
+    /// Where the weights live: the memory type's name (`CPU`, `Vulkan0`, `Vulkan_Host`, ...)
+    /// and whether it is host memory.
+    pub fn memory(&self) -> (String, bool) {
+        self.arena.memory().unwrap_or_default()
     }
 
     /// Bytes the weights occupy on the device for good (0 when offloaded).

@@ -86,6 +86,7 @@ impl Product<'_> {
         let (kc_max, unit) = match self.w {
             Weights::Bf16(_) => (2 * DEPTH_MAX, 2),
             Weights::Q8_0(_) => (2 * DEPTH_MAX, q8::QK),
+            Weights::Q8Wide(_) => (DEPTH_MAX, q8::QK),
             _ => (DEPTH_MAX, 2),
         };
         let blocks = self.k.div_ceil(kc_max);
@@ -99,7 +100,7 @@ impl Product<'_> {
                 let chunk = r0..(r0 + ROW_CHUNK).min(rows.end);
                 for k0 in (0..self.k).step_by(step) {
                     let kc = step.min(self.k - k0);
-                    if self.w.kind() == WeightKind::Q8_0 {
+                    if matches!(self.w, Weights::Q8_0(_)) {
                         self.k_block_q8(&chunk, &feats, k0, kc, s);
                     } else {
                         self.k_block(&chunk, &feats, k0, kc, s);
@@ -157,6 +158,9 @@ impl Product<'_> {
                         kc,
                         s.w.f32s(len),
                     ),
+                    Weights::Q8Wide(bytes) => {
+                        pack::panels_q8_wide(bytes, k, chunk.clone(), k0, kc, s.w.f32s(len))
+                    }
                     // Its own k-blocks: `k_block_q8`.
                     Weights::Q8_0(_) => return,
                 }
@@ -294,8 +298,12 @@ unsafe fn weights_of(w: &sys::ggml_tensor) -> Option<(Weights<'_>, usize, usize)
             }
             WeightKind::Bf16 => Weights::Bf16Wide(std::slice::from_raw_parts(w.data.cast(), k * m)),
             WeightKind::Q8_0 => {
-                let bytes = m * (k / q8::QK) * 34;
-                Weights::Q8_0(std::slice::from_raw_parts(w.data.cast(), bytes))
+                let bytes = std::slice::from_raw_parts(w.data.cast(), m * (k / q8::QK) * 34);
+                if super::q8_native() {
+                    Weights::Q8_0(bytes)
+                } else {
+                    Weights::Q8Wide(bytes)
+                }
             }
         }
     };
@@ -342,20 +350,14 @@ enum Weights<'a> {
     Bf16(&'a [u16]),
     /// bf16 bits, widened to f32 while packing (CPUs without AVX-512 BF16).
     Bf16Wide(&'a [u16]),
-    /// q8_0 rows as ggml stores them (blocks of an f16 scale and 32 bytes).
+    /// q8_0 rows as ggml stores them (blocks of an f16 scale and 32 bytes), multiplied as
+    /// integers against quantized activations.
     Q8_0(&'a [u8]),
+    /// q8_0 rows, dequantized to f32 while packing (CPUs without AVX-512 VNNI).
+    Q8Wide(&'a [u8]),
 }
 
 impl Weights<'_> {
-    fn kind(&self) -> WeightKind {
-        match self {
-            Self::F32(_) => WeightKind::F32,
-            Self::F16(_) => WeightKind::F16,
-            Self::Bf16(_) | Self::Bf16Wide(_) => WeightKind::Bf16,
-            Self::Q8_0(_) => WeightKind::Q8_0,
-        }
-    }
-
     /// Whether products read the weight (and rounded activations) as bf16 k-pairs.
     fn pairs(&self) -> bool {
         matches!(self, Self::Bf16(_))

@@ -11,9 +11,10 @@
 //! Weights: f32; f16 (widened to f32 while packing, activations stay f32, so the result is
 //! at least as exact as ggml's, which rounds the activations to f16); bf16 (activations
 //! rounded to bf16 as ggml does, products through `vdpbf16ps` as ggml's own bf16 path);
-//! q8_0 (`q8.rs`: activations quantized as ggml does, VNNI integer dot products).
-//! On CPUs with AVX2 + FMA but no AVX-512 (`avx2.rs`) f32, f16 and bf16 weights (the last two
-//! widened while packing) run the same loops with 8-lane tiles; q8_0 stays with ggml there.
+//! q8_0 (`q8.rs`: activations quantized as ggml does, VNNI integer dot products; without
+//! AVX-512 VNNI dequantized to f32 while packing, exactly as ggml dequantizes).
+//! On CPUs with AVX2 + FMA but no AVX-512 (`avx2.rs`) f32, f16, bf16 and q8_0 weights (all
+//! but the first widened while packing) run the same loops with 8-lane tiles.
 //! Any other case (types, layouts, other CPUs and architectures) returns `None` and the caller
 //! keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
 //! tiles; `conv.rs` a convolution whose patches are built a chunk at a time inside the
@@ -88,19 +89,23 @@ impl WeightKind {
     }
 
     /// Whether this CPU (under `SD_CLI_CPU`'s cap) has the instructions a kernel for this
-    /// weight type needs. bf16 runs wherever f32 does: through `vdpbf16ps` where the CPU has
-    /// AVX-512 BF16, else widened to f32 while packing ([`bf16_native`]).
+    /// weight type needs. Every type runs wherever f32 does: bf16 through `vdpbf16ps` where
+    /// the CPU has AVX-512 BF16 ([`bf16_native`]), q8_0 through VNNI integer products where
+    /// it has AVX-512 VNNI ([`q8_native`]), and otherwise widened to f32 while packing.
     fn supported(self) -> bool {
-        use crate::cpu_info::kernel_may_use;
-        match self {
-            Self::F32 | Self::F16 | Self::Bf16 => tiles().is_some(),
-            Self::Q8_0 => {
-                tiles() == Some(Tiles::Avx512)
-                    && kernel_may_use("avx512bw")
-                    && kernel_may_use("avx512vnni")
-            }
-        }
+        tiles().is_some()
     }
+}
+
+/// Whether q8_0 weights multiply as integers against activations quantized to q8_0 (AVX-512
+/// VNNI, as ggml's own product does) rather than widened to f32 while packing (exact
+/// dequantized weights against f32 activations, at the f32 rate: on AVX2 without VNNI this
+/// beats ggml's integer path, whose byte products need two instructions and a widening per
+/// 32 products).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn q8_native() -> bool {
+    use crate::cpu_info::kernel_may_use;
+    tiles() == Some(Tiles::Avx512) && kernel_may_use("avx512bw") && kernel_may_use("avx512vnni")
 }
 
 /// Whether bf16 weights multiply as bf16 pairs (`vdpbf16ps`, activations rounded to bf16) rather

@@ -124,8 +124,8 @@ pub(super) unsafe fn panels_f16(
     // `half` converts slices with F16C when present.
     // SAFETY: the caller's contract, passed on.
     unsafe {
-        panels_widened(w, feats, k0, kc, out, |bits, wide| {
-            let halves: &[half::f16] = bits.reinterpret_cast();
+        panels_widened(feats, kc, out, |row, from, wide| {
+            let halves: &[half::f16] = w.block(row, k0 + from, kc - from).reinterpret_cast();
             halves.convert_to_f32_slice(wide);
         })
     }
@@ -146,30 +146,71 @@ pub(super) unsafe fn panels_bf16_wide(
 ) {
     // SAFETY: the caller's contract, passed on.
     unsafe {
-        panels_widened(w, feats, k0, kc, out, |bits, wide| {
-            for (d, &b) in wide.iter_mut().zip(bits) {
+        panels_widened(feats, kc, out, |row, from, wide| {
+            for (d, &b) in wide.iter_mut().zip(w.block(row, k0 + from, kc - from)) {
                 *d = f32::from_bits(u32::from(b) << 16);
             }
         })
     }
 }
 
-/// 16-bit weight rows widened to f32 by `widen(bits, wide)` (equal lengths) into panels.
+/// Bytes of one q8_0 block in ggml (an f16 scale, then 32 signed bytes).
+const Q8_BLOCK_BYTES: usize = 34;
+/// Elements per q8_0 block.
+const Q8_BLOCK: usize = 32;
+
+/// q8_0 weight rows (`k` elements each, as ggml stores them) dequantized to f32 into panels:
+/// `scale · q` as ggml's `dequantize_row_q8_0` computes it, exactly. `k0` and `kc` are whole
+/// blocks.
+///
+/// # Safety
+/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
+/// the CPU has them).
+pub(super) unsafe fn panels_q8_wide(
+    bytes: &[u8],
+    k: usize,
+    feats: std::ops::Range<usize>,
+    k0: usize,
+    kc: usize,
+    out: &mut [f32],
+) {
+    debug_assert!(k0.is_multiple_of(Q8_BLOCK) && kc.is_multiple_of(Q8_BLOCK));
+    let row_bytes = k / Q8_BLOCK * Q8_BLOCK_BYTES;
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        panels_widened(feats, kc, out, |row, from, wide| {
+            let first = k0 + from;
+            let b0 = first / Q8_BLOCK;
+            let skip = first - b0 * Q8_BLOCK;
+            let blocks = &bytes[row * row_bytes + b0 * Q8_BLOCK_BYTES
+                ..row * row_bytes + (k0 + kc) / Q8_BLOCK * Q8_BLOCK_BYTES];
+            let mut at = 0;
+            for (i, block) in blocks.chunks_exact(Q8_BLOCK_BYTES).enumerate() {
+                let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
+                let quants = &block[2 + if i == 0 { skip } else { 0 }..];
+                for (dst, &q) in wide[at..at + quants.len()].iter_mut().zip(quants) {
+                    *dst = f32::from(q as i8) * d;
+                }
+                at += quants.len();
+            }
+        })
+    }
+}
+
+/// Weight rows widened to f32 into panels: `widen(row, from, wide)` writes columns
+/// `from..kc` of the k-block of weight row `row` into `wide` (`kc - from` long).
 ///
 /// # Safety
 /// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
 /// the CPU has them).
 unsafe fn panels_widened(
-    w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
-    k0: usize,
     kc: usize,
     out: &mut [f32],
-    widen: impl Fn(&[u16], &mut [f32]),
+    widen: impl Fn(usize, usize, &mut [f32]),
 ) {
-    // Columns `from..kc` of a row, widened.
     let row_from = |row: usize, from: usize, wide: &mut [f32]| {
-        widen(w.block(row, k0 + from, kc - from), &mut wide[..kc - from]);
+        widen(row, from, &mut wide[..kc - from]);
     };
     let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
         // SAFETY: `FullPanels::new` answers only where AVX-512F runs.

@@ -136,7 +136,10 @@ fn check(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: us
         b,
     } = run(ty, k, m, xne, bias, threads);
     let n: usize = xne.iter().product();
-    let xq = (ty == DType::Q8_0).then(|| quantized_activations(&x));
+    // q8_0 products quantize the activations only where they run as VNNI integer products;
+    // widened (CPUs without AVX-512 VNNI) they stay f32.
+    let q8_integer = ty == DType::Q8_0 && super::q8_native();
+    let xq = q8_integer.then(|| quantized_activations(&x));
     // bf16 products round the activations to bf16 only where they run as bf16 pairs; widened
     // (CPUs without AVX-512 BF16, or `SD_CLI_CPU=avx512`) they stay f32.
     let pairs = super::bf16_native();
@@ -166,8 +169,15 @@ fn check(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: us
                 ty.name()
             );
             worst = worst.max(err);
-            if ty != DType::F16 && (ty != DType::BF16 || pairs) {
-                // ggml rounds f16 (and bf16) products' activations; the others agree closely.
+            let rounds_like_ggml = match ty {
+                DType::F16 => false,
+                DType::BF16 => pairs,
+                DType::Q8_0 => q8_integer,
+                _ => true,
+            };
+            if rounds_like_ggml {
+                // ggml rounds f16, bf16 and q8_0 products' activations; where ours round them
+                // the same way, the two agree closely.
                 let theirs = plain[t * m + o] as f64;
                 assert!(
                     (theirs - got).abs() / mag.max(1e-30) < 2e-5,
@@ -255,6 +265,31 @@ fn widened_bf16_panels_equal_f32_panels() {
         // SAFETY: the blocked kernels run here (checked above).
         unsafe {
             panels_bf16_wide(&Rows { data: &bits, k }, 0..m, k0, kc, &mut a);
+            panels_f32(&Rows { data: &wide, k }, 0..m, k0, kc, &mut b);
+        }
+        assert_eq!(a, b, "k-block {k0}..{}", k0 + kc);
+    }
+}
+
+/// q8_0 weights dequantized while packing give exactly the panels of ggml's dequantized
+/// values, for k-blocks that start past the first block.
+#[test]
+fn widened_q8_panels_equal_dequantized_f32_panels() {
+    if !blocked_gemm_available(DType::F32) {
+        eprintln!("no blocked kernels on this CPU: skipped");
+        return;
+    }
+    use super::pack::{panels_f32, panels_q8_wide, Rows};
+    let (k, m) = (320, 150);
+    let values = pseudo_random(k * m, 11);
+    let bytes = to_bytes(&values, DType::Q8_0, k);
+    let wide = stored(&values, DType::Q8_0, k);
+    for (k0, kc) in [(0, 320), (0, 160), (96, 224)] {
+        let len = m.div_ceil(NR) * kc * NR;
+        let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
+        // SAFETY: the blocked kernels run here (checked above).
+        unsafe {
+            panels_q8_wide(&bytes, k, 0..m, k0, kc, &mut a);
             panels_f32(&Rows { data: &wide, k }, 0..m, k0, kc, &mut b);
         }
         assert_eq!(a, b, "k-block {k0}..{}", k0 + kc);
