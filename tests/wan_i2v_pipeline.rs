@@ -29,6 +29,16 @@ fn fix(name: &str) -> PathBuf {
 /// `sd-cli -M vid_gen` with the shared text encoder and VAE of the text-to-video fixtures,
 /// 5 frames of 32×32, frames written as a PNG sequence in `tmp`.
 fn run(transformer: &Path, extra: &[&str], tmp: &Path) -> std::process::Output {
+    run_prompt(transformer, PROMPT, extra, tmp)
+}
+
+/// [`run`] with another prompt.
+fn run_prompt(
+    transformer: &Path,
+    prompt: &str,
+    extra: &[&str],
+    tmp: &Path,
+) -> std::process::Output {
     let t2v = fixture_path("wan");
     Command::new(env!("CARGO_BIN_EXE_sd-cli"))
         .args(["-M", "vid_gen", "--diffusion-model", s(transformer)])
@@ -43,7 +53,7 @@ fn run(transformer: &Path, extra: &[&str], tmp: &Path) -> std::process::Output {
             "--vae",
             s(&t2v.join("vae/diffusion_pytorch_model.safetensors")),
         ])
-        .args(["-p", PROMPT, "--steps", "4", "--cfg-scale", "5"])
+        .args(["-p", prompt, "--steps", "4", "--cfg-scale", "5"])
         .args(["-W", "32", "-H", "32", "--video-frames", "5"])
         .args(["-s", "42", "--rng", "cpu", "-t", "2"])
         .args(extra)
@@ -187,6 +197,208 @@ fn two_experts_match_diffusers() {
     assert!(
         p < 40.0,
         "8 steps with 4 on the expert gave the same video ({p:.1} dB)"
+    );
+}
+
+/// The 5 frames a run wrote into `dir`, as one byte string.
+fn frames_of(dir: &Path) -> Vec<u8> {
+    (0..5)
+        .flat_map(|i| read_png(&dir.join(format!("frame_{i}.png"))).unwrap().data)
+        .collect()
+}
+
+/// A small deterministic pattern in [-0.5, 0.5).
+fn pattern(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+        .collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// `<lora:|high_noise|NAME:W>` reaches the high-noise expert only (upstream's syntax for Wan
+/// 2.2 A14B): the video equals one made with the LoRA merged into the expert's file by hand
+/// (merged at load and applied at run time alike), and the same LoRA as a plain tag goes to
+/// `--diffusion-model` instead. Without an expert the tag is ignored with a warning.
+#[test]
+fn high_noise_lora_tags_reach_the_expert_only() {
+    use sd_cli::weights::safetensors::{write_safetensors, SafetensorsItem};
+    let tmp = tempfile::tempdir().unwrap();
+    let loras = tmp.path().join("loras");
+    std::fs::create_dir_all(&loras).unwrap();
+    // A PEFT LoRA (no alpha: scale 1) on the first block's query projection.
+    let module = "blocks.0.attn1.to_q";
+    let expert_file = fix("moe_high").join("diffusion_pytorch_model.safetensors");
+    let store = sd_cli::weights::TensorStore::open(&expert_file).unwrap();
+    let w = tensor(&store, &format!("{module}.weight"));
+    let [cols, rows, ..] = w.ne;
+    let rank = 2;
+    let down: Vec<f32> = pattern(rank * cols, 1).iter().map(|v| v * 1.5).collect();
+    let up: Vec<f32> = pattern(rows * rank, 2).iter().map(|v| v * 1.5).collect();
+    let (down_b, up_b) = (f32_bytes(&down), f32_bytes(&up));
+    let (down_name, up_name) = (
+        format!("transformer.{module}.lora_A.weight"),
+        format!("transformer.{module}.lora_B.weight"),
+    );
+    let (down_shape, up_shape) = ([rank as u64, cols as u64], [rows as u64, rank as u64]);
+    let items = [
+        SafetensorsItem {
+            name: &down_name,
+            dtype: "F32",
+            shape: &down_shape,
+            data: &down_b,
+        },
+        SafetensorsItem {
+            name: &up_name,
+            dtype: "F32",
+            shape: &up_shape,
+            data: &up_b,
+        },
+    ];
+    write_safetensors(&loras.join("hn.safetensors"), &Default::default(), &items).unwrap();
+    // The same LoRA named for the original (ComfyUI) layout of the Wan files.
+    let (comfy_down, comfy_up) = (
+        "diffusion_model.blocks.0.self_attn.q.lora_A.weight",
+        "diffusion_model.blocks.0.self_attn.q.lora_B.weight",
+    );
+    let comfy = [
+        SafetensorsItem {
+            name: comfy_down,
+            ..items[0]
+        },
+        SafetensorsItem {
+            name: comfy_up,
+            ..items[1]
+        },
+    ];
+    write_safetensors(
+        &loras.join("comfy.safetensors"),
+        &Default::default(),
+        &comfy,
+    )
+    .unwrap();
+
+    // The expert with W + up · down written into its file.
+    let merged_dir = tmp.path().join("merged_expert");
+    std::fs::create_dir_all(&merged_dir).unwrap();
+    std::fs::copy(
+        fix("moe_high").join("config.json"),
+        merged_dir.join("config.json"),
+    )
+    .unwrap();
+    let names: Vec<String> = store.iter().map(|t| t.name.clone()).collect();
+    let tensors: Vec<(Vec<u64>, Vec<u8>)> = names
+        .iter()
+        .map(|n| {
+            let mut t = tensor(&store, n);
+            if *n == format!("{module}.weight") {
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let d: f32 = (0..rank)
+                            .map(|k| up[r * rank + k] * down[k * cols + c])
+                            .sum();
+                        t.data[r * cols + c] += d;
+                    }
+                }
+            }
+            let dims = t.ne.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+            let shape = t.ne[..dims].iter().rev().map(|&d| d as u64).collect();
+            (shape, f32_bytes(&t.data))
+        })
+        .collect();
+    let items: Vec<_> = names
+        .iter()
+        .zip(&tensors)
+        .map(|(n, (shape, data))| SafetensorsItem {
+            name: n,
+            dtype: "F32",
+            shape,
+            data,
+        })
+        .collect();
+    write_safetensors(
+        &merged_dir.join("diffusion_pytorch_model.safetensors"),
+        &Default::default(),
+        &items,
+    )
+    .unwrap();
+
+    let start = fix("start.png");
+    let video = |name: &str, expert: &Path, prompt: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        std::fs::create_dir_all(&out).unwrap();
+        let mut args = vec![
+            "--init-img",
+            s(&start),
+            "--high-noise-diffusion-model",
+            s(expert),
+            "--high-noise-cfg-scale",
+            "3",
+            "--lora-model-dir",
+            s(&loras),
+        ];
+        args.extend(extra);
+        let o = run_prompt(&fix("concat_only"), prompt, &args, &out);
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        frames_of(&out)
+    };
+    let tagged = format!("{PROMPT}<lora:|high_noise|hn:1>");
+    let by_hand = video("by_hand", &merged_dir, PROMPT, &[]);
+    let merged = video("merged", &fix("moe_high"), &tagged, &[]);
+    let runtime = video(
+        "runtime",
+        &fix("moe_high"),
+        &tagged,
+        &["--lora-apply-mode", "at_runtime"],
+    );
+    let comfy = video(
+        "comfy",
+        &fix("moe_high"),
+        &format!("{PROMPT}<lora:|high_noise|comfy:1>"),
+        &[],
+    );
+    let plain = video("plain", &fix("moe_high"), PROMPT, &[]);
+    let to_main = video(
+        "to_main",
+        &fix("moe_high"),
+        &format!("{PROMPT}<lora:hn:1>"),
+        &[],
+    );
+    let (p_merged, p_runtime) = (psnr(&merged, &by_hand), psnr(&runtime, &by_hand));
+    let (p_plain, p_main) = (psnr(&plain, &by_hand), psnr(&to_main, &by_hand));
+    let p_comfy = psnr(&comfy, &by_hand);
+    eprintln!(
+        "high-noise LoRA vs merged by hand: merged {p_merged:.1} dB, at run time {p_runtime:.1} dB, \
+         original-layout names {p_comfy:.1} dB; without it {p_plain:.1} dB, as a plain tag \
+         {p_main:.1} dB"
+    );
+    assert!(p_merged >= 60.0 && p_runtime >= 55.0 && p_comfy >= 60.0);
+    assert!(p_plain < 45.0, "the LoRA changed nothing ({p_plain:.1} dB)");
+    assert!(
+        p_main < 45.0,
+        "a plain tag reached the expert ({p_main:.1} dB)"
+    );
+
+    // No expert: the tag is ignored, with a warning.
+    let out = tmp.path().join("no_expert");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = run_prompt(
+        &fix("concat_only"),
+        &tagged,
+        &["--init-img", s(&start), "--lora-model-dir", s(&loras)],
+        &out,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("high-noise") && err.contains("ignored"),
+        "{err}"
     );
 }
 

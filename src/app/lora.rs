@@ -33,7 +33,20 @@ pub(super) fn prepare(
             set: None,
         });
     }
-    let (prompt, requests) = lora::requests(&cfg.prompt, dir)?;
+    let (prompt, mut requests) = lora::requests(&cfg.prompt, dir)?;
+    if cfg.models.high_noise_diffusion_model.is_none() {
+        // Upstream keeps these for a high-noise model that is not there: they change nothing.
+        requests.retain(|r| {
+            if r.high_noise {
+                log::warn!(
+                    "LoRA '{}' is tagged for the high-noise expert (<lora:|high_noise|...>) but no \
+                     --high-noise-diffusion-model is given; ignored",
+                    r.name
+                );
+            }
+            !r.high_noise
+        });
+    }
     if requests.is_empty() {
         return Ok(RunLoras { prompt, set: None });
     }
@@ -46,7 +59,12 @@ pub(super) fn prepare(
         LoraApplyMode::Auto => AdapterMode::Merge,
     };
     for r in &requests {
-        log::debug!("LoRA {} ×{} ({mode:?})", r.path.display(), r.weight);
+        let expert = if r.high_noise {
+            " for the high-noise expert"
+        } else {
+            ""
+        };
+        log::debug!("LoRA {} ×{}{expert} ({mode:?})", r.path.display(), r.weight);
     }
     let set = LoraSet::new(opened, mode, family.lora_aliases());
     Ok(RunLoras {
@@ -62,6 +80,14 @@ pub(super) fn metadata(set: Option<&LoraSet>) -> Result<Vec<(String, f32, String
     };
     set.files()
         .iter()
-        .map(|f| Ok((f.name.clone(), f.multiplier, f.short_hash()?)))
+        .map(|f| {
+            // Named as upstream names it in its logs.
+            let name = if f.high_noise {
+                format!("|high_noise|{}", f.name)
+            } else {
+                f.name.clone()
+            };
+            Ok((name, f.multiplier, f.short_hash()?))
+        })
         .collect()
 }

@@ -21,6 +21,8 @@ pub struct LoraFile {
     pub name: String,
     /// The summed weights of its tags.
     pub multiplier: f32,
+    /// For the high-noise expert of a MoE pair only (`<lora:|high_noise|...>`).
+    pub high_noise: bool,
     pub(super) store: TensorStore,
     pub(super) modules: BTreeMap<ModuleKey, Pieces>,
     /// Tensors that are no adapter piece (counted in the `-v` report).
@@ -64,6 +66,7 @@ impl LoraFile {
             path: path.to_path_buf(),
             name: name.to_string(),
             multiplier,
+            high_noise: false,
             store,
             modules,
             other,

@@ -52,8 +52,6 @@ impl std::str::FromStr for LoraApplyMode {
 pub enum LoraError {
     #[error("LoRA '{name}' named in the prompt: no file {tried} (looked in --lora-model-dir)")]
     Missing { name: String, tried: String },
-    #[error("LoRA '{name}': LoRAs for the high-noise expert (<lora:|high_noise|...>, Wan 2.2 A14B's --high-noise-diffusion-model) are not supported yet; plain tags apply to --diffusion-model only")]
-    HighNoise { name: String },
     #[error("LoRA {path}: {reason}")]
     File { path: PathBuf, reason: String },
     #[error("LoRA {path}: none of its modules matches a weight of this {family} model (first key '{first_key}'); is it a LoRA for another model family?")]
@@ -74,6 +72,9 @@ pub struct LoraRequest {
     /// The NAME of its (first) tag.
     pub name: String,
     pub weight: f32,
+    /// Tagged `<lora:|high_noise|NAME:W>`: for the high-noise expert of a MoE pair
+    /// (`--high-noise-diffusion-model`) only; plain tags never reach that model (upstream).
+    pub high_noise: bool,
 }
 
 /// The file a tag names: NAME as a path (absolute, or under `dir`), else with one of the
@@ -105,27 +106,25 @@ fn find_file(dir: &Path, name: &str) -> Result<PathBuf, LoraError> {
     })
 }
 
-/// The prompt without its tags, and the files they name (a file named twice sums its
-/// weights; a tag whose weight is no number is dropped, as upstream).
+/// The prompt without its tags, and the files they name (a file named twice for the same
+/// model sums its weights; a tag whose weight is no number is dropped, as upstream).
 pub fn requests(prompt: &str, dir: &Path) -> Result<(String, Vec<LoraRequest>), LoraError> {
     let (text, found) = tags::extract(prompt);
-    let mut by_path: BTreeMap<PathBuf, LoraRequest> = BTreeMap::new();
+    let mut by_path: BTreeMap<(bool, PathBuf), LoraRequest> = BTreeMap::new();
     for t in found {
         let Some(weight) = t.weight else {
             log::warn!("LoRA tag '{}': its weight is not a number; ignored", t.name);
             continue;
         };
-        if t.high_noise {
-            return Err(LoraError::HighNoise { name: t.name });
-        }
         let path = find_file(dir, &t.name)?;
         by_path
-            .entry(path.clone())
+            .entry((t.high_noise, path.clone()))
             .and_modify(|r| r.weight += weight)
             .or_insert(LoraRequest {
                 path,
                 name: t.name,
                 weight,
+                high_noise: t.high_noise,
             });
     }
     Ok((text, by_path.into_values().collect()))
@@ -135,7 +134,11 @@ pub fn requests(prompt: &str, dir: &Path) -> Result<(String, Vec<LoraRequest>), 
 pub fn open_all(requests: &[LoraRequest]) -> Result<Vec<LoraFile>, LoraError> {
     requests
         .iter()
-        .map(|r| LoraFile::open(&r.path, &r.name, r.weight))
+        .map(|r| {
+            let mut f = LoraFile::open(&r.path, &r.name, r.weight)?;
+            f.high_noise = r.high_noise;
+            Ok(f)
+        })
         .collect()
 }
 
@@ -159,7 +162,13 @@ mod tests {
         assert!(r[1].path.ends_with("b.ckpt"));
         let err = requests("<lora:nope:1>", dir.path()).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
-        let err = requests("<lora:|high_noise|a:1>", dir.path()).unwrap_err();
-        assert!(matches!(err, LoraError::HighNoise { .. }));
+        // The same file for both experts is two requests; each sums its own tags.
+        let (_, r) = requests(
+            "<lora:a:1><lora:|high_noise|a:0.5><lora:|high_noise|a:0.25>",
+            dir.path(),
+        )
+        .unwrap();
+        let w: Vec<_> = r.iter().map(|r| (r.high_noise, r.weight)).collect();
+        assert_eq!(w, vec![(false, 1.0), (true, 0.75)]);
     }
 }

@@ -363,6 +363,17 @@ const FLUX_TOP: [(&str, &str); 9] = [
 /// FLUX.1 and Chroma: a BFL-layout module's diffusers names (the fused `qkv` and single-block
 /// `linear1` as row slices: q, k, v, and the MLP input four times as wide, FLUX's ratio) and a
 /// diffusers-layout module's BFL name (whole modules only).
+/// Wan 2.1 / 2.2: the original (Wan-AI, ComfyUI) and diffusers names of each module, both
+/// ways, so a LoRA for either layout fits a file of the other.
+pub fn wan(names: &[&str]) -> Vec<Vec<Alias>> {
+    each(names, |n| {
+        crate::models::dit::wan::other_layout_name(n)
+            .map(Alias::whole)
+            .into_iter()
+            .collect()
+    })
+}
+
 pub fn flux(names: &[&str]) -> Vec<Vec<Alias>> {
     each(names, flux_one)
 }

@@ -41,10 +41,13 @@ impl LoraSet {
         self.mode
     }
 
-    /// The adapters of component `id`, if any LoRA module is meant for it.
+    /// The adapters of component `id`, if any LoRA module is meant for it. The high-noise
+    /// expert takes the `|high_noise|` LoRAs' diffusion modules, every other component the
+    /// plain LoRAs' modules of its kind.
     pub fn for_component(self: &Rc<Self>, id: ComponentId) -> Option<Rc<dyn WeightAdapters>> {
+        let high_noise = id == ComponentId::HighNoiseDiffusion;
         let targets: &[LoraTarget] = match id {
-            ComponentId::Diffusion => &[LoraTarget::Diffusion],
+            ComponentId::Diffusion | ComponentId::HighNoiseDiffusion => &[LoraTarget::Diffusion],
             ComponentId::ClipL | ComponentId::Llm => &[LoraTarget::TextEncoder(1)],
             ComponentId::ClipG => &[LoraTarget::TextEncoder(2)],
             ComponentId::T5 => &[LoraTarget::TextEncoder(3), LoraTarget::TextEncoder(1)],
@@ -53,11 +56,13 @@ impl LoraSet {
         let wanted = self
             .files
             .iter()
+            .filter(|f| f.high_noise == high_noise)
             .any(|f| f.modules.keys().any(|(t, _)| targets.contains(t)));
         wanted.then(|| {
             Rc::new(ComponentLora {
                 set: self.clone(),
                 targets,
+                high_noise,
                 matches: RefCell::new(Vec::new()),
             }) as Rc<dyn WeightAdapters>
         })
@@ -126,6 +131,8 @@ struct Match {
 struct ComponentLora {
     set: Rc<LoraSet>,
     targets: &'static [LoraTarget],
+    /// Whether this is the high-noise expert (it takes only the `|high_noise|` LoRAs).
+    high_noise: bool,
     matches: RefCell<Vec<Match>>,
 }
 
@@ -214,6 +221,9 @@ impl WeightAdapters for ComponentLora {
         let mut matches = Vec::new();
         let mut hit = self.set.matched.borrow_mut();
         for (fi, file) in self.set.files.iter().enumerate() {
+            if file.high_noise != self.high_noise {
+                continue;
+            }
             for (key, pieces) in &file.modules {
                 if !self.targets.contains(&key.0) {
                     continue;

@@ -107,6 +107,10 @@ impl Family for WanFamily {
         true
     }
 
+    fn lora_aliases(&self) -> &'static [crate::pipeline::lora::names::AliasRule] {
+        &[crate::pipeline::lora::names::wan]
+    }
+
     fn load(&self, files: &ComponentFiles, ctx: &LoadContext<'_>) -> Result<Box<dyn Generator>> {
         Ok(Box::new(WanPipeline::load(files, ctx)?))
     }

@@ -24,6 +24,7 @@ pub use config::{
     axes_dims, heads_hint, WanConfig, WanImageBranch, WanLayout, NORM_EPS, RELEASED_HEAD_DIM,
     ROPE_THETA,
 };
+pub(crate) use names::other_layout_name;
 
 use crate::ggml::Tensor;
 use crate::nn;

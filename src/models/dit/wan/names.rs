@@ -109,3 +109,89 @@ pub(crate) const DIFFUSERS: Names = Names {
     ffn: ["ffn.net.0.proj", "ffn.net.2"],
     table: "scale_shift_table",
 };
+
+/// The name of module `name` (relative to the model root, without `.weight`) in the other
+/// layout, for the modules that carry weights: a LoRA written for one layout then finds the
+/// weights of a file in the other.
+pub(crate) fn other_layout_name(name: &str) -> Option<String> {
+    let (a, b) = (&ORIGINAL, &DIFFUSERS);
+    let top = [
+        (a.text[0], b.text[0]),
+        (a.text[1], b.text[1]),
+        (a.time[0], b.time[0]),
+        (a.time[1], b.time[1]),
+        (a.time_proj, b.time_proj),
+        (a.proj_out, b.proj_out),
+        (a.img_norm1, b.img_norm1),
+        (a.img_fc1, b.img_fc1),
+        (a.img_fc2, b.img_fc2),
+        (a.img_norm2, b.img_norm2),
+    ];
+    let swap = |pairs: &[(String, String)], n: &str| {
+        pairs.iter().find_map(|(x, y)| {
+            if x == n {
+                Some(y.clone())
+            } else if y == n {
+                Some(x.clone())
+            } else {
+                None
+            }
+        })
+    };
+    if let Some(rest) = name.strip_prefix("blocks.") {
+        let (index, leaf) = rest.split_once('.')?;
+        let (aa, ba) = (&a.attn, &b.attn);
+        let leaves = [
+            (aa.q, ba.q),
+            (aa.k, ba.k),
+            (aa.v, ba.v),
+            (aa.o, ba.o),
+            (aa.norm_q, ba.norm_q),
+            (aa.norm_k, ba.norm_k),
+            (aa.k_img, ba.k_img),
+            (aa.v_img, ba.v_img),
+            (aa.norm_k_img, ba.norm_k_img),
+        ];
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for (x, y) in [(a.self_attn, b.self_attn), (a.cross_attn, b.cross_attn)] {
+            for (lx, ly) in leaves {
+                pairs.push((format!("{x}.{lx}"), format!("{y}.{ly}")));
+            }
+        }
+        pairs.push((a.cross_norm.into(), b.cross_norm.into()));
+        pairs.push((a.ffn[0].into(), b.ffn[0].into()));
+        pairs.push((a.ffn[1].into(), b.ffn[1].into()));
+        return swap(&pairs, leaf).map(|other| format!("blocks.{index}.{other}"));
+    }
+    let pairs: Vec<(String, String)> = top
+        .iter()
+        .map(|(x, y)| (x.to_string(), y.to_string()))
+        .collect();
+    swap(&pairs, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::other_layout_name;
+
+    #[test]
+    fn names_cross_between_layouts_both_ways() {
+        for (orig, diff) in [
+            ("blocks.3.self_attn.q", "blocks.3.attn1.to_q"),
+            ("blocks.0.cross_attn.o", "blocks.0.attn2.to_out.0"),
+            ("blocks.12.cross_attn.k_img", "blocks.12.attn2.add_k_proj"),
+            ("blocks.1.norm3", "blocks.1.norm2"),
+            ("blocks.1.ffn.2", "blocks.1.ffn.net.2"),
+            (
+                "text_embedding.0",
+                "condition_embedder.text_embedder.linear_1",
+            ),
+            ("head.head", "proj_out"),
+        ] {
+            assert_eq!(other_layout_name(orig).as_deref(), Some(diff));
+            assert_eq!(other_layout_name(diff).as_deref(), Some(orig));
+        }
+        assert_eq!(other_layout_name("blocks.0.modulation"), None);
+        assert_eq!(other_layout_name("patch_embedding"), None);
+    }
+}
