@@ -200,6 +200,75 @@ fn two_experts_match_diffusers() {
     );
 }
 
+/// A diffusers Wan 2.2 A14B pipeline folder as `-m`: `transformer` is the high-noise expert and
+/// `transformer_2` the model that finishes (WanPipeline's switch), and the folder's
+/// `boundary_ratio` is the MoE boundary unless `--moe-boundary` is given. Same video as the two
+/// files passed by flag.
+#[test]
+fn diffusers_moe_folder_runs_as_the_pair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t2v = fixture_path("wan");
+    let folder = |name: &str, ratio: f32| {
+        let root = tmp.path().join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        let index = format!(
+            r#"{{"_class_name": "WanImageToVideoPipeline", "boundary_ratio": {ratio},
+            "transformer": ["diffusers", "WanTransformer3DModel"],
+            "transformer_2": ["diffusers", "WanTransformer3DModel"],
+            "text_encoder": ["transformers", "UMT5EncoderModel"],
+            "vae": ["diffusers", "AutoencoderKLWan"]}}"#
+        );
+        std::fs::write(root.join("model_index.json"), index).unwrap();
+        for (sub, target) in [
+            ("transformer", fix("moe_high")),
+            ("transformer_2", fix("concat_only")),
+            ("text_encoder", t2v.join("text_encoder")),
+            ("vae", t2v.join("vae")),
+        ] {
+            std::os::unix::fs::symlink(target.canonicalize().unwrap(), root.join(sub)).unwrap();
+        }
+        root
+    };
+    let start = fix("start.png");
+    let video = |root: &Path, extra: &[&str]| {
+        let out = tempfile::tempdir_in(tmp.path()).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+            .args(["-M", "vid_gen", "-m", s(root)])
+            .args([
+                "--t5xxl-tokenizer",
+                s(&fixture_path(
+                    "../../../shared/tokenizers/t5-v1_1.tokenizer.json",
+                )),
+            ])
+            .args(["-p", PROMPT, "--steps", "4", "--cfg-scale", "5"])
+            .args(["-W", "32", "-H", "32", "--video-frames", "5"])
+            .args(["-s", "42", "--rng", "cpu", "-t", "2"])
+            .args(["--init-img", s(&start), "--high-noise-cfg-scale", "3"])
+            .args(extra)
+            .args(["-o", s(&out.path().join("frame_%d.png"))])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let p = frames_psnr("moe", out.path());
+        (p, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // diffusers' own A14B ratio for T2V, the boundary the reference ran with.
+    let (p, _) = video(&folder("t2v_ratio", 0.875), &[]);
+    eprintln!("Wan 2.2 pipeline folder as -m: {p:.1} dB against the two-expert reference");
+    assert!(p >= 55.0, "folder as the pair: {p:.1} dB");
+    // Another ratio in the folder moves the switch; --moe-boundary overrides it.
+    let low = folder("low_ratio", 0.3);
+    let (p_low, err) = video(&low, &["-v"]);
+    assert!(
+        p_low < 40.0,
+        "boundary_ratio 0.3 was not used ({p_low:.1} dB)"
+    );
+    assert!(err.contains("boundary_ratio"), "{err}");
+    let (p_flag, _) = video(&low, &["--moe-boundary", "0.875"]);
+    eprintln!("boundary_ratio 0.3: {p_low:.1} dB; with --moe-boundary 0.875: {p_flag:.1} dB");
+    assert!(p_flag >= 55.0, "--moe-boundary did not win: {p_flag:.1} dB");
+}
+
 /// The 5 frames a run wrote into `dir`, as one byte string.
 fn frames_of(dir: &Path) -> Vec<u8> {
     (0..5)

@@ -233,6 +233,9 @@ impl HiresSettings {
 pub struct HighNoiseSettings {
     /// `--moe-boundary`: the expert runs the steps whose sigma is at least this.
     pub boundary: f32,
+    /// Whether `--moe-boundary` was given (else a diffusers pipeline folder's own
+    /// `boundary_ratio` wins over the default).
+    pub boundary_given: bool,
     /// `--high-noise-steps` (`None`: from the boundary; `Some(n)`: n more steps, run first).
     pub steps: Option<usize>,
     /// `--high-noise-cfg-scale`.

@@ -112,6 +112,9 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         taesd_preview_only: cfg.output.taesd_preview_only,
         flow_shift: cfg.sampling.flow_shift,
     };
+    let high_noise_boundary = files
+        .get(ComponentId::HighNoiseDiffusion)
+        .map(|_| moe_boundary(cfg));
     let mut generator = family.load(&files, &ctx)?;
     drop(files);
     if let Some(set) = &loras.set {
@@ -128,6 +131,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         mask: mask.as_ref(),
         upscaler: upscaler.as_ref(),
         hires_model: hires_model.as_ref(),
+        high_noise_boundary,
     };
     let result = run_batch(cfg, family, generator.as_mut(), &inputs);
     generator.finish();
@@ -197,6 +201,25 @@ struct RunInputs<'a> {
     upscaler: Option<&'a Upscaler>,
     /// The hires fix's model upscaler (`--hires-upscaler NAME`).
     hires_model: Option<&'a Upscaler>,
+    /// With a high-noise expert loaded: the boundary of its steps.
+    high_noise_boundary: Option<f32>,
+}
+
+/// The MoE boundary: `--moe-boundary` when given, else the `boundary_ratio` of a diffusers
+/// Wan 2.2 pipeline folder given as `-m`, else the flag's default.
+fn moe_boundary(cfg: &RunConfig) -> f32 {
+    let from_folder = cfg
+        .models
+        .model
+        .as_deref()
+        .and_then(crate::pipeline::components::pipeline_moe_boundary);
+    match from_folder {
+        Some(b) if !cfg.high_noise.boundary_given => {
+            log::info!("MoE boundary {b} (the pipeline folder's boundary_ratio)");
+            b
+        }
+        _ => cfg.high_noise.boundary,
+    }
 }
 
 /// The hires fix of a batch: its target size, second-pass plan and upscaler.
@@ -330,20 +353,16 @@ fn run_batch(
         }
         p
     };
-    let high_noise = cfg
-        .models
-        .high_noise_diffusion_model
-        .is_some()
-        .then_some(HighNoiseJob {
-            plan: &high_noise_plan,
-            guidance: Guidance {
-                scale: cfg.high_noise.cfg_scale,
-                img_scale: cfg.high_noise.cfg_scale,
-                distilled: info.guidance.distilled,
-            },
-            boundary: cfg.high_noise.boundary,
-            steps: cfg.high_noise.steps,
-        });
+    let high_noise = inputs.high_noise_boundary.map(|boundary| HighNoiseJob {
+        plan: &high_noise_plan,
+        guidance: Guidance {
+            scale: cfg.high_noise.cfg_scale,
+            img_scale: cfg.high_noise.cfg_scale,
+            distilled: info.guidance.distilled,
+        },
+        boundary,
+        steps: cfg.high_noise.steps,
+    });
     let mut preview = cfg
         .output
         .preview

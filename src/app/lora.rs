@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use super::RunConfig;
 use crate::error::Result;
-use crate::pipeline::components::ComponentFiles;
+use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::lora::{self, LoraApplyMode, LoraSet};
 use crate::pipeline::Family;
 use crate::runner::AdapterMode;
@@ -34,7 +34,7 @@ pub(super) fn prepare(
         });
     }
     let (prompt, mut requests) = lora::requests(&cfg.prompt, dir)?;
-    if cfg.models.high_noise_diffusion_model.is_none() {
+    if files.get(ComponentId::HighNoiseDiffusion).is_none() {
         // Upstream keeps these for a high-noise model that is not there: they change nothing.
         requests.retain(|r| {
             if r.high_noise {

@@ -367,8 +367,7 @@ const MODEL_INDEX: &str = "model_index.json";
 fn pipeline_candidates(id: ComponentId) -> &'static [&'static str] {
     match id {
         ComponentId::Diffusion => &["unet", "transformer"],
-        // diffusers' Wan 2.2 folders swap the roles (`transformer` is the high-noise expert):
-        // their folder is not taken as a pair here.
+        // Only in a Wan 2.2 A14B pipeline ([`pipeline_subfolder`]).
         ComponentId::HighNoiseDiffusion => &[],
         ComponentId::ClipL | ComponentId::Llm | ComponentId::LlmVision => &["text_encoder"],
         ComponentId::ClipG => &["text_encoder_2"],
@@ -397,16 +396,37 @@ pub fn read_model_index(root: &Path) -> Result<serde_json::Value> {
 /// `[null, null]`) and that exists.
 fn pipeline_subfolder(id: ComponentId, root: &Path) -> Result<Option<PathBuf>> {
     let index = read_model_index(root)?;
-    Ok(pipeline_candidates(id)
+    let listed = |name: &str| {
+        index
+            .get(name)
+            .and_then(|v| v.as_array())
+            .is_some_and(|a| a.iter().any(|x| !x.is_null()))
+            && root.join(name).is_dir()
+    };
+    // diffusers' Wan 2.2 A14B pipelines hold the MoE pair: `transformer` samples the
+    // high-noise steps, `transformer_2` the rest (WanPipeline's switch), so the folder gives
+    // both `--diffusion-model` and `--high-noise-diffusion-model`.
+    let pair = listed("transformer_2");
+    let candidates: &[&str] = match id {
+        ComponentId::Diffusion if pair => &["transformer_2"],
+        ComponentId::HighNoiseDiffusion if pair => &["transformer"],
+        _ => pipeline_candidates(id),
+    };
+    Ok(candidates
         .iter()
-        .filter(|name| {
-            index
-                .get(**name)
-                .and_then(|v| v.as_array())
-                .is_some_and(|a| a.iter().any(|x| !x.is_null()))
-        })
-        .map(|name| root.join(name))
-        .find(|p| p.is_dir()))
+        .find(|name| listed(name))
+        .map(|name| root.join(name)))
+}
+
+/// The `boundary_ratio` of a diffusers Wan 2.2 A14B pipeline folder (`model_index.json`):
+/// the fraction of the 1000 training timesteps above which its high-noise expert samples.
+pub fn pipeline_moe_boundary(root: &Path) -> Option<f32> {
+    if !root.join(MODEL_INDEX).is_file() {
+        return None;
+    }
+    let index = read_model_index(root).ok()?;
+    index.get("transformer_2")?;
+    Some(index.get("boundary_ratio")?.as_f64()? as f32)
 }
 
 fn missing(family: &str, spec: &ComponentSpec) -> Error {

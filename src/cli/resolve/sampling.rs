@@ -157,6 +157,7 @@ pub(super) fn high_noise(
     }
     Ok(crate::app::HighNoiseSettings {
         boundary,
+        boundary_given: cli.given_flags.contains("--moe-boundary"),
         steps: usize::try_from(h.high_noise_steps).ok().filter(|&n| n > 0),
         cfg_scale,
         sampler,
