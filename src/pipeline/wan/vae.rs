@@ -9,7 +9,7 @@ use crate::models::vae::wan_vae::{LatentStats, WanVae, WanVaeConfig};
 use crate::pipeline::components::{ComponentId, ComponentStore};
 use crate::pipeline::family::LoadContext;
 use crate::pipeline::vae::{LatentNorm, VaeStage};
-use crate::runner::{Runner, StoreSource};
+use crate::runner::{Runner, RunnerError, StoreSource, WeightBuilder};
 
 /// Whether the VAE file is a Wan 2.2 VAE: its decoder ends in 12 (patchified) channels.
 fn is_wan22(files: &ComponentStore) -> bool {
@@ -46,6 +46,89 @@ fn pick_stats(
     Ok(s)
 }
 
+/// The switches loading sets on a Wan VAE's configuration, and its model: one loader for both
+/// kinds.
+struct VideoVaeSwitches<'c> {
+    encoder: &'c mut bool,
+    video: &'c mut bool,
+    decoder: bool,
+    stats: Option<&'c LatentStats>,
+    z_dim: usize,
+}
+
+trait WanVaeKind: crate::models::vae::Vae + Sized + 'static {
+    type Config: std::fmt::Debug;
+    fn detect(wb: &WeightBuilder<'_, '_>) -> Result<Self::Config, RunnerError>;
+    fn switches(c: &mut Self::Config) -> VideoVaeSwitches<'_>;
+    fn build(wb: &WeightBuilder<'_, '_>, c: Self::Config) -> Result<Self, RunnerError>;
+}
+
+impl WanVaeKind for WanVae {
+    type Config = WanVaeConfig;
+    fn detect(wb: &WeightBuilder<'_, '_>) -> Result<WanVaeConfig, RunnerError> {
+        WanVaeConfig::detect(wb)
+    }
+    fn switches(c: &mut WanVaeConfig) -> VideoVaeSwitches<'_> {
+        VideoVaeSwitches {
+            encoder: &mut c.encoder,
+            video: &mut c.video,
+            decoder: c.decoder,
+            stats: c.latent_stats.as_ref(),
+            z_dim: c.z_dim,
+        }
+    }
+    fn build(wb: &WeightBuilder<'_, '_>, c: WanVaeConfig) -> Result<Self, RunnerError> {
+        WanVae::new(wb, c)
+    }
+}
+
+impl WanVaeKind for Wan22Vae {
+    type Config = Wan22VaeConfig;
+    fn detect(wb: &WeightBuilder<'_, '_>) -> Result<Wan22VaeConfig, RunnerError> {
+        Wan22VaeConfig::detect(wb)
+    }
+    fn switches(c: &mut Wan22VaeConfig) -> VideoVaeSwitches<'_> {
+        VideoVaeSwitches {
+            encoder: &mut c.encoder,
+            video: &mut c.video,
+            decoder: c.decoder,
+            stats: c.latent_stats.as_ref(),
+            z_dim: c.z_dim,
+        }
+    }
+    fn build(wb: &WeightBuilder<'_, '_>, c: Wan22VaeConfig) -> Result<Self, RunnerError> {
+        Wan22Vae::new(wb, c)
+    }
+}
+
+/// Loads a VAE of kind `V` for video (time convolutions; the encoder only when the run needs
+/// it) with its statistics.
+fn load_kind<V: WanVaeKind>(
+    files: &ComponentStore,
+    ctx: &LoadContext<'_>,
+    channels: usize,
+) -> Result<(VaeStage, LatentStats)> {
+    let json = files.config().and_then(LatentStats::from_diffusers_config);
+    let src = StoreSource::new(&files.store, ComponentId::Vae.prefix());
+    let opts = ctx.load_options(ComponentId::Vae, false)?;
+    let no_decoder = || Error::Unsupported("the VAE file has no decoder weights".into());
+    let mut stats = None;
+    let vae = Runner::load("vae", &src, opts, |wb| -> Result<V> {
+        let mut config = V::detect(wb)?;
+        let sw = V::switches(&mut config);
+        if !sw.decoder {
+            return Err(no_decoder());
+        }
+        *sw.encoder = ctx.needs.encoder && *sw.encoder;
+        *sw.video = true;
+        stats = Some(pick_stats(json.as_ref(), sw.stats, sw.z_dim, channels)?);
+        log::debug!("wan vae: {config:?}");
+        Ok(V::build(wb, config)?)
+    })?;
+    let stats = stats.ok_or_else(no_decoder)?;
+    Ok((VaeStage::new(vae, LatentNorm::Stats(stats.clone())), stats))
+}
+
 /// Loads the VAE for video (time convolutions included; the encoder when the run needs it) and
 /// its statistics; `channels` is the transformer's latent width. The flag says whether it is
 /// the Wan 2.2 VAE (TI2V-5B, whose image-to-video fixes the first latent frame).
@@ -54,53 +137,11 @@ pub fn load_vae(
     ctx: &LoadContext<'_>,
     channels: usize,
 ) -> Result<(VaeStage, LatentStats, bool)> {
-    let json = files.config().and_then(LatentStats::from_diffusers_config);
-    let src = StoreSource::new(&files.store, ComponentId::Vae.prefix());
-    let opts = ctx.load_options(ComponentId::Vae, false)?;
-    let need_encoder = ctx.needs.encoder;
-    let no_decoder = || Error::Unsupported("the VAE file has no decoder weights".into());
-    let mut stats = None;
     let wan22 = is_wan22(files);
-    let stage = if wan22 {
-        let vae = Runner::load("vae", &src, opts, |wb| -> Result<Wan22Vae> {
-            let mut config = Wan22VaeConfig::detect(wb)?;
-            if !config.decoder {
-                return Err(no_decoder());
-            }
-            config.encoder = need_encoder && config.encoder;
-            config.video = true;
-            let s = pick_stats(
-                json.as_ref(),
-                config.latent_stats.as_ref(),
-                config.z_dim,
-                channels,
-            )?;
-            stats = Some(s);
-            log::debug!("wan 2.2 vae: {config:?}");
-            Ok(Wan22Vae::new(wb, config)?)
-        })?;
-        let s = stats.clone().ok_or_else(no_decoder)?;
-        VaeStage::new(vae, LatentNorm::Stats(s))
+    let (stage, stats) = if wan22 {
+        load_kind::<Wan22Vae>(files, ctx, channels)?
     } else {
-        let vae = Runner::load("vae", &src, opts, |wb| -> Result<WanVae> {
-            let mut config = WanVaeConfig::detect(wb)?;
-            if !config.decoder {
-                return Err(no_decoder());
-            }
-            config.encoder = need_encoder && config.encoder;
-            config.video = true;
-            let s = pick_stats(
-                json.as_ref(),
-                config.latent_stats.as_ref(),
-                config.z_dim,
-                channels,
-            )?;
-            stats = Some(s);
-            Ok(WanVae::new(wb, config)?)
-        })?;
-        let s = stats.clone().ok_or_else(no_decoder)?;
-        VaeStage::new(vae, LatentNorm::Stats(s))
+        load_kind::<WanVae>(files, ctx, channels)?
     };
-    let stats = stats.ok_or_else(no_decoder)?;
     Ok((stage, stats, wan22))
 }
