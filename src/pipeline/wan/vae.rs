@@ -63,43 +63,32 @@ trait WanVaeKind: crate::models::vae::Vae + Sized + 'static {
     fn build(wb: &WeightBuilder<'_, '_>, c: Self::Config) -> Result<Self, RunnerError>;
 }
 
-impl WanVaeKind for WanVae {
-    type Config = WanVaeConfig;
-    fn detect(wb: &WeightBuilder<'_, '_>) -> Result<WanVaeConfig, RunnerError> {
-        WanVaeConfig::detect(wb)
-    }
-    fn switches(c: &mut WanVaeConfig) -> VideoVaeSwitches<'_> {
-        VideoVaeSwitches {
-            encoder: &mut c.encoder,
-            video: &mut c.video,
-            decoder: c.decoder,
-            stats: c.latent_stats.as_ref(),
-            z_dim: c.z_dim,
+/// Both configurations name their switches alike.
+macro_rules! wan_vae_kind {
+    ($model:ty, $config:ty) => {
+        impl WanVaeKind for $model {
+            type Config = $config;
+            fn detect(wb: &WeightBuilder<'_, '_>) -> Result<$config, RunnerError> {
+                <$config>::detect(wb)
+            }
+            fn switches(c: &mut $config) -> VideoVaeSwitches<'_> {
+                VideoVaeSwitches {
+                    encoder: &mut c.encoder,
+                    video: &mut c.video,
+                    decoder: c.decoder,
+                    stats: c.latent_stats.as_ref(),
+                    z_dim: c.z_dim,
+                }
+            }
+            fn build(wb: &WeightBuilder<'_, '_>, c: $config) -> Result<Self, RunnerError> {
+                <$model>::new(wb, c)
+            }
         }
-    }
-    fn build(wb: &WeightBuilder<'_, '_>, c: WanVaeConfig) -> Result<Self, RunnerError> {
-        WanVae::new(wb, c)
-    }
+    };
 }
 
-impl WanVaeKind for Wan22Vae {
-    type Config = Wan22VaeConfig;
-    fn detect(wb: &WeightBuilder<'_, '_>) -> Result<Wan22VaeConfig, RunnerError> {
-        Wan22VaeConfig::detect(wb)
-    }
-    fn switches(c: &mut Wan22VaeConfig) -> VideoVaeSwitches<'_> {
-        VideoVaeSwitches {
-            encoder: &mut c.encoder,
-            video: &mut c.video,
-            decoder: c.decoder,
-            stats: c.latent_stats.as_ref(),
-            z_dim: c.z_dim,
-        }
-    }
-    fn build(wb: &WeightBuilder<'_, '_>, c: Wan22VaeConfig) -> Result<Self, RunnerError> {
-        Wan22Vae::new(wb, c)
-    }
-}
+wan_vae_kind!(WanVae, WanVaeConfig);
+wan_vae_kind!(Wan22Vae, Wan22VaeConfig);
 
 /// Loads a VAE of kind `V` for video (time convolutions; the encoder only when the run needs
 /// it) with its statistics.
