@@ -298,7 +298,8 @@ unsafe fn weights_of(w: &sys::ggml_tensor) -> Option<(Weights<'_>, usize, usize)
             }
             WeightKind::Bf16 => Weights::Bf16Wide(std::slice::from_raw_parts(w.data.cast(), k * m)),
             WeightKind::Q8_0 => {
-                let bytes = std::slice::from_raw_parts(w.data.cast(), m * (k / q8::QK) * 34);
+                let bytes =
+                    std::slice::from_raw_parts(w.data.cast(), m * (k / q8::QK) * q8::BLOCK_BYTES);
                 if super::q8_native() {
                     Weights::Q8_0(bytes)
                 } else {

@@ -7,6 +7,7 @@
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
+use super::q8::{BLOCK_BYTES, QK};
 use super::NR;
 
 /// Rows of a row-major matrix with `k` columns; `row(i)` is columns `k0..k0 + kc` of row `i`.
@@ -154,11 +155,6 @@ pub(super) unsafe fn panels_bf16_wide(
     }
 }
 
-/// Bytes of one q8_0 block in ggml (an f16 scale, then 32 signed bytes).
-const Q8_BLOCK_BYTES: usize = 34;
-/// Elements per q8_0 block.
-const Q8_BLOCK: usize = 32;
-
 /// q8_0 weight rows (`k` elements each, as ggml stores them) dequantized to f32 into panels:
 /// `scale · q` as ggml's `dequantize_row_q8_0` computes it, exactly. `k0` and `kc` are whole
 /// blocks.
@@ -174,18 +170,18 @@ pub(super) unsafe fn panels_q8_wide(
     kc: usize,
     out: &mut [f32],
 ) {
-    debug_assert!(k0.is_multiple_of(Q8_BLOCK) && kc.is_multiple_of(Q8_BLOCK));
-    let row_bytes = k / Q8_BLOCK * Q8_BLOCK_BYTES;
+    debug_assert!(k0.is_multiple_of(QK) && kc.is_multiple_of(QK));
+    let row_bytes = k / QK * BLOCK_BYTES;
     // SAFETY: the caller's contract, passed on.
     unsafe {
         panels_widened(feats, kc, out, |row, from, wide| {
             let first = k0 + from;
-            let b0 = first / Q8_BLOCK;
-            let skip = first - b0 * Q8_BLOCK;
-            let blocks = &bytes[row * row_bytes + b0 * Q8_BLOCK_BYTES
-                ..row * row_bytes + (k0 + kc) / Q8_BLOCK * Q8_BLOCK_BYTES];
+            let b0 = first / QK;
+            let skip = first - b0 * QK;
+            let blocks = &bytes[row * row_bytes + b0 * BLOCK_BYTES
+                ..row * row_bytes + (k0 + kc) / QK * BLOCK_BYTES];
             let mut at = 0;
-            for (i, block) in blocks.chunks_exact(Q8_BLOCK_BYTES).enumerate() {
+            for (i, block) in blocks.chunks_exact(BLOCK_BYTES).enumerate() {
                 let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
                 let quants = &block[2 + if i == 0 { skip } else { 0 }..];
                 for (dst, &q) in wide[at..at + quants.len()].iter_mut().zip(quants) {

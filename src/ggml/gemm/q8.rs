@@ -16,7 +16,7 @@ pub(super) const QK: usize = 32;
 /// Outputs per q8_0 panel (two 16-lane vectors: 12 integer and 12 f32 accumulators fit).
 pub(super) const NR8: usize = 32;
 /// Bytes of one q8_0 block in ggml (f16 scale, 32 signed bytes).
-const BLOCK_BYTES: usize = 34;
+pub(super) const BLOCK_BYTES: usize = 34;
 /// u32 words per packed weight block of a panel: 8 k-quads × 32 outputs, then 32 f32
 /// scales, then 32 i32 start values.
 pub(super) const PANEL_BLOCK_WORDS: usize = 8 * NR8 + NR8 + NR8;
