@@ -53,8 +53,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--circularx",
     "--circulary",
     "--qwen-image-layers",
-    "--temporal-tiling",
-    "--extra-tiling-args",
     "--force-sdxl-vae-conv-scale",
     "--params-backend",
     "--split-mode",

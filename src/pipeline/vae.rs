@@ -157,14 +157,70 @@ impl VaeStage {
     }
 
     /// Decodes a video latent [w, h, T, C] in the VAE's space to frames [W, H, F, C_out] in
-    /// [−1, 1] (video VAEs only).
-    pub fn decode_video(&self, z: &HostTensor) -> Result<HostTensor> {
-        match self.vae.decode_video(&self.runner, z) {
-            Some(r) => Ok(r?),
-            None => Err(Error::Unsupported(
-                "this VAE decodes single images only".into(),
-            )),
-        }
+    /// [−1, 1] (video VAEs only). With `tiling`, the clip is cut into spatial tiles, each decoded
+    /// over all its frames and blended as image tiles are (upstream tiles video the same way);
+    /// an allocation failure is retried with smaller tiles, as for images. Time needs no
+    /// tiling: the video VAEs already decode one latent frame per graph.
+    pub fn decode_video(
+        &self,
+        z: &HostTensor,
+        tiling: Option<&TileSettings>,
+    ) -> Result<HostTensor> {
+        let [w, h, t, c] = z.ne;
+        let scale = self.scale_factor();
+        let whole = |z: &HostTensor| -> Result<HostTensor> {
+            match self.vae.decode_video(&self.runner, z) {
+                Some(r) => Ok(r?),
+                None => Err(Error::Unsupported(
+                    "this VAE decodes single images only".into(),
+                )),
+            }
+        };
+        decode_with_retry(
+            w * scale,
+            h * scale,
+            scale,
+            tiling,
+            |grid| match grid {
+                Some(grid) if !grid.is_single() => {
+                    log::debug!(
+                        "VAE video decode: {} tiles of {}x{} image pixels",
+                        grid.len(),
+                        grid.tile_w_px(),
+                        grid.tile_h_px()
+                    );
+                    // Frames × channels stand in for the channels of an image tile: the
+                    // blend works plane by plane.
+                    let planes = |ne: [usize; 4], data| HostTensor {
+                        ne: [ne[0], ne[1], ne[2] * ne[3], 1],
+                        data,
+                    };
+                    let mut frames_out = (0, 0);
+                    let mut bar = Progress::new("video tiles", grid.len());
+                    let out = tiled_decode(
+                        &planes(z.ne, z.data.clone()),
+                        scale,
+                        grid,
+                        |tile| -> Result<HostTensor> {
+                            let clip = HostTensor {
+                                ne: [tile.ne[0], tile.ne[1], t, c],
+                                data: tile.data.clone(),
+                            };
+                            let v = whole(&clip)?;
+                            frames_out = (v.ne[2], v.ne[3]);
+                            Ok(planes(v.ne, v.data))
+                        },
+                        |i, _| bar.set(i),
+                    )?;
+                    Ok(HostTensor {
+                        ne: [out.ne[0], out.ne[1], frames_out.0, frames_out.1],
+                        data: out.data,
+                    })
+                }
+                _ => whole(z),
+            },
+            |e: &Error| matches!(e, Error::Runner(r) if r.is_alloc_failure()),
+        )
     }
 
     /// Encodes frames [W, H, F, C_in] in [−1, 1] to the posterior mean [w, h, T, C] in the

@@ -45,6 +45,7 @@ impl RunConfig {
         let sampling = sampling::resolve(&cli.sampling, &mut warnings)?;
         let models = models::resolve(&cli, &mut warnings)?;
         let vae_tiling = tiling::resolve(&cli.vae, &mut warnings)?;
+        tiling::temporal(&cli.vae, &mut warnings);
         let runtime = runtime::resolve(&cli)?;
         let output = output::resolve(&cli, &mut warnings)?;
         let mut cfg = RunConfig {

@@ -119,3 +119,37 @@ pub(super) fn resolve(
     }
     Ok(Some(t))
 }
+
+/// Keys `--extra-tiling-args` knows (upstream: the LTX video VAE's temporal tiles).
+const TEMPORAL_KEYS: [&str; 2] = ["temporal_tile_frames", "temporal_tile_overlap"];
+
+/// `--temporal-tiling` and `--extra-tiling-args`. Upstream tiles time only in the LTX video VAE;
+/// its other VAEs ignore both. The video VAEs here (Wan 2.1 / 2.2) already decode one latent
+/// frame per graph, so memory does not grow with the clip: the flags are checked as upstream
+/// checks them (integer values, known keys) and then ignored with a warning that says so.
+pub(super) fn temporal(v: &VaeArgs, warnings: &mut Vec<String>) {
+    let raw = v.extra_tiling_args.join(",");
+    let (pairs, parse_warnings) =
+        crate::pipeline::model_args::parse_key_value_list(&raw, "--extra-tiling-args");
+    warnings.extend(parse_warnings);
+    for (key, value) in &pairs {
+        if value.parse::<i64>().is_err() {
+            warnings.push(format!(
+                "--extra-tiling-args: ignoring invalid value '{key}={value}' (an integer is expected)"
+            ));
+        } else if !TEMPORAL_KEYS.contains(&key.as_str()) {
+            warnings.push(format!(
+                "--extra-tiling-args: ignoring unknown key '{key}' (known: {})",
+                TEMPORAL_KEYS.join(", ")
+            ));
+        }
+    }
+    if v.temporal_tiling || !pairs.is_empty() {
+        warnings.push(
+            "--temporal-tiling / --extra-tiling-args: only the LTX video VAE tiles time \
+             (upstream); the Wan VAEs already decode one latent frame at a time, so they are \
+             ignored (--vae-tiling tiles video frames spatially)"
+                .into(),
+        );
+    }
+}

@@ -13,6 +13,7 @@ use crate::models::te::clip_vision::{
     ClipVisionConfig, ClipVisionHparams, ClipVisionModel, ClipVisionSource,
 };
 use crate::models::te::t5::{self, T5Encoder};
+use crate::models::vae::tiling::TileSettings;
 use crate::models::vae::wan_vae::LatentStats;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{
@@ -311,7 +312,12 @@ impl WanPipeline {
     }
 
     /// Frames [W, H, 3, F] in [0, 1] of a sampler latent [w, h, T·C].
-    fn decode_video(&self, x: &HostTensor, frames: usize) -> Result<HostTensor> {
+    fn decode_video(
+        &self,
+        x: &HostTensor,
+        frames: usize,
+        tiling: Option<&TileSettings>,
+    ) -> Result<HostTensor> {
         let t = Instant::now();
         let [w, h, tc, _] = x.ne;
         let c = tc / frames;
@@ -327,7 +333,7 @@ impl WanPipeline {
             ne: [w, h, frames, c],
             data: z,
         };
-        let out = self.vae.decode_video(&z)?;
+        let out = self.vae.decode_video(&z, tiling)?;
         // [W, H, F, 3] in [-1, 1] → [W, H, 3, F] in [0, 1].
         let [ow, oh, of, oc] = out.ne;
         let mut data = vec![0f32; out.data.len()];
@@ -640,6 +646,6 @@ impl Generator for WanPipeline {
         if frames == 1 {
             return self.vae.decode(&x, tiling);
         }
-        self.decode_video(&x, frames)
+        self.decode_video(&x, frames, tiling)
     }
 }
