@@ -110,6 +110,7 @@ fn try_run(model: &Wan, runner: &Runner, c: &Case) -> Result<HostTensor, RunnerE
                 .as_ref()
                 .map(|i| g.input_f32("image", i.ne, i.data.clone())),
             timestep: c.t[0],
+            vace: None,
         };
         let y = if c.t.len() > 1 {
             model.forward_per_frame(g, &inputs, &c.t)
@@ -161,7 +162,7 @@ fn detects_config_both_layouts() {
         (c.ffn_dim, c.text_dim, c.freq_dim, c.layers, c.axes_dims),
         (48, 24, 64, 2, [8, 4, 4])
     );
-    assert!(c.qk_norm && c.cross_attn_norm && c.image.is_none() && c.vace_layers == 0);
+    assert!(c.qk_norm && c.cross_attn_norm && c.image.is_none() && c.vace.is_none());
 
     let tmp = tempfile::tempdir().unwrap();
     let single = single_store("t2v", tmp.path());

@@ -76,6 +76,10 @@ pub struct InputImages {
     pub end: Option<PathBuf>,
     pub mask: Option<PathBuf>,
     pub control: Option<PathBuf>,
+    /// `--control-video`: a folder of frames (Wan VACE).
+    pub control_video: Option<PathBuf>,
+    /// `--vace-strength`.
+    pub vace_strength: f32,
     /// `-r`, in command-line order.
     pub refs: Vec<PathBuf>,
     pub increase_ref_index: bool,

@@ -8,7 +8,7 @@ use super::preview::FilePreview;
 use super::upscale::Upscaler;
 use super::{HiresMethod, HiresSettings, RunConfig};
 use crate::error::{Error, Result};
-use crate::image_io::{base_name, read_image, HiresUse, Image};
+use crate::image_io::{base_name, read_frames_dir, read_image, HiresUse, Image};
 use crate::pipeline::components::{
     ComponentFiles, ComponentId, ComponentStore, MetaSlot, ModelFlag, Needs,
 };
@@ -32,6 +32,22 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let mask = cfg.inputs.mask.as_deref().map(read_image).transpose()?;
     let end = cfg.inputs.end.as_deref().map(read_image).transpose()?;
+    let control_frames = match &cfg.inputs.control_video {
+        Some(dir) => {
+            // Upstream reads at most --video-frames of them.
+            let max = cfg.video.map_or(1, |v| v.frames as usize);
+            let frames = read_frames_dir(dir, max)?;
+            if frames.is_empty() {
+                log::warn!(
+                    "--control-video {}: no .png/.jpg/.jpeg/.bmp/.webp frames; the control \
+                     video is grey",
+                    dir.display()
+                );
+            }
+            frames
+        }
+        None => Vec::new(),
+    };
     if mask.is_some() && init.is_none() {
         log::warn!(
             "--mask without --init-img: outside the mask the picture is pulled toward an empty \
@@ -65,6 +81,12 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             "--end-img sets a video's last frame; {} makes images",
             family.name()
         )));
+    }
+    if !control_frames.is_empty() && !family.makes_video() {
+        log::warn!(
+            "--control-video is read by Wan VACE models only; {} ignores it",
+            family.name()
+        );
     }
     if cfg.video.is_some() && !family.makes_video() {
         return Err(Error::Unsupported(format!(
@@ -129,6 +151,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         end: end.as_ref(),
         refs: &refs,
         mask: mask.as_ref(),
+        control_frames: &control_frames,
         upscaler: upscaler.as_ref(),
         hires_model: hires_model.as_ref(),
         high_noise_boundary,
@@ -197,6 +220,8 @@ struct RunInputs<'a> {
     end: Option<&'a Image>,
     refs: &'a [Image],
     mask: Option<&'a Image>,
+    /// `--control-video`'s frames.
+    control_frames: &'a [Image],
     /// `--upscale-model`: applied to each image before it is written.
     upscaler: Option<&'a Upscaler>,
     /// The hires fix's model upscaler (`--hires-upscaler NAME`).
@@ -335,6 +360,8 @@ fn run_batch(
         tiling: tiling.as_ref(),
         hires: hires.is_some(),
         video_frames: cfg.video.map(|v| v.frames as usize),
+        control_frames: inputs.control_frames,
+        vace_strength: cfg.inputs.vace_strength,
     })?;
     let info = BatchInfo {
         width,

@@ -16,6 +16,7 @@
 mod decode;
 mod encode;
 mod exif;
+mod frames_dir;
 mod metadata;
 mod params;
 mod pil_resize;
@@ -26,6 +27,7 @@ mod write;
 
 pub use decode::{read_image, read_image_from_bytes, ImageFormat};
 pub use encode::{write_generation_image, OutputFormat, JPEG_QUALITY};
+pub use frames_dir::{frame_files, read_frames_dir};
 pub use metadata::{
     format_metadata, format_text_chunks, read_png_text_chunks, read_png_text_pairs,
     read_text_metadata, TextChunk, TextKind,

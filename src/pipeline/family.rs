@@ -182,6 +182,10 @@ pub struct BatchInputs<'a> {
     pub hires: bool,
     /// `-M vid_gen`: the requested frame count (video families return [W, H, C, frames]).
     pub video_frames: Option<usize>,
+    /// `--control-video`: its frames in file-name order, already decoded (Wan VACE).
+    pub control_frames: &'a [Image],
+    /// `--vace-strength`: the factor of the VACE hints.
+    pub vace_strength: f32,
 }
 
 /// One image of a batch.

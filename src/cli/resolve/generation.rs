@@ -50,6 +50,7 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generatio
         return Err(invalid("--strength", strength, "must be in [0.0, 1.0]"));
     }
     let control_strength = check_finite("--control-strength", g.control_strength)?;
+    let vace_strength = check_finite("--vace-strength", g.vace_strength)?;
     if g.qwen_image_layers < 0 {
         return Err(invalid(
             "--qwen-image-layers",
@@ -108,6 +109,8 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generatio
         end: g.end_img.clone(),
         mask: g.mask.clone(),
         control: g.control_image.clone(),
+        control_video: g.control_video.clone(),
+        vace_strength,
         refs: g.ref_image.clone(),
         increase_ref_index: g.increase_ref_index,
         ref_args,

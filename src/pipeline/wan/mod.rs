@@ -2,7 +2,8 @@
 //! text encoder → the Wan video DiT (rectified flow, shift 5) → the Wan 2.1 VAE over time.
 //! I2V / FLF2V / Wan 2.2 I2V models take `--init-img` (and `--end-img`) as a condition video
 //! concatenated to the latent, plus CLIP vision tokens (`--clip_vision`) where the transformer
-//! has an image branch (see `condition`).
+//! has an image branch (see `condition`). VACE models read a control video
+//! (`--control-video`, `--init-img` as the reference, `--vace-strength`; see `vace`).
 //!
 //! sd-cli's rules (upstream's T5 embedder with `is_umt5`, `zero_out_masked` for video): the
 //! prompt's emphasis parsed, tokens plus `</s>` padded to 512 per chunk, the padding masked in
@@ -14,6 +15,7 @@
 mod condition;
 mod moe;
 mod pipeline;
+mod vace;
 mod vae;
 
 pub use pipeline::{latent_frames, video_frames, WanPipeline};

@@ -4,10 +4,11 @@ use std::time::Instant;
 
 use super::condition::{clip_tokens, concat_condition, ClipTower, ImageCondition, MASK_CHANNELS};
 use super::moe::denoise_two_experts;
+use super::vace::{vace_condition, VaceCondition};
 use super::vae::load_vae;
 use super::{DIFFUSION, FLOW_SHIFT, T5, TEXT_LEN, VAE};
 use crate::error::{Error, Result};
-use crate::models::dit::wan::{heads_hint, Wan, WanConfig, WanInputs};
+use crate::models::dit::wan::{VaceContext, Wan, WanConfig, WanHints, WanInputs};
 use crate::models::te::clip::{clip_skip_layers, ClipActivation};
 use crate::models::te::clip_vision::{
     ClipVisionConfig, ClipVisionHparams, ClipVisionModel, ClipVisionSource,
@@ -60,7 +61,10 @@ pub struct WanPipeline {
 
 /// What a batch shares: its latent frames and, for image-to-video models, the condition.
 struct WanBatch {
+    /// Latent frames of the video (without a VACE reference frame).
     frames: usize,
+    /// VACE models: the control context and `--vace-strength`.
+    vace: Option<(VaceCondition, f32)>,
     condition: Option<ImageCondition>,
     /// TI2V-5B image-to-video: the init image's normalised latent [w, h, C], the first frame.
     first_frame: Option<Vec<f32>>,
@@ -73,12 +77,15 @@ impl WanPipeline {
         let vae_files = files.require(&VAE)?;
         let mut bar = Progress::new("loading model", 3);
 
-        let heads = dit_files.config().and_then(heads_hint);
+        let hints = dit_files
+            .config()
+            .map(WanHints::from_config)
+            .unwrap_or_default();
         let root = dit_files.root(ComponentId::Diffusion);
         let src = StoreSource::new(&dit_files.store, &root);
         let opts = ctx.load_options(ComponentId::Diffusion, true)?;
         let dit = Runner::load("wan", &src, opts, |wb| -> Result<Wan> {
-            let config = WanConfig::detect(wb, heads)?;
+            let config = WanConfig::detect(wb, hints.clone())?;
             log::debug!("wan: {config:?}");
             Ok(Wan::new(wb, config)?)
         })?;
@@ -88,10 +95,13 @@ impl WanPipeline {
             Some(store) => {
                 let root = store.root(ComponentId::HighNoiseDiffusion);
                 let src = StoreSource::new(&store.store, &root);
-                let heads = store.config().and_then(heads_hint).or(heads);
+                let hints = store
+                    .config()
+                    .map(WanHints::from_config)
+                    .unwrap_or_else(|| hints.clone());
                 let opts = ctx.load_options(ComponentId::HighNoiseDiffusion, true)?;
                 let high = Runner::load("wan_high_noise", &src, opts, |wb| -> Result<Wan> {
-                    let config = WanConfig::detect(wb, heads)?;
+                    let config = WanConfig::detect(wb, hints.clone())?;
                     Ok(Wan::new(wb, config)?)
                 })?;
                 let (a, b) = (dit.model.config(), high.model.config());
@@ -132,7 +142,7 @@ impl WanPipeline {
         }
         bar.tick();
 
-        let (vae, stats, wan22) = load_vae(vae_files, ctx, c.out_channels)?;
+        let (vae, stats, wan22) = load_vae(vae_files, ctx, c.out_channels, c.vace.is_some())?;
         bar.tick();
         Ok(Self {
             tokenizer,
@@ -194,6 +204,7 @@ impl WanPipeline {
         let CallExtras {
             condition,
             frame_timesteps,
+            vace,
         } = extra;
         let model = &dit.model;
         let [w, h, t, _] = lat;
@@ -210,6 +221,10 @@ impl WanPipeline {
                     .and_then(|cond| cond.clip.as_ref())
                     .map(|clip| g.input_f32("wan.image", clip.ne, clip.data.clone())),
                 timestep: sigma * 1000.0,
+                vace: vace.map(|(v, strength)| VaceContext {
+                    context: g.input_f32("wan.vace", v.context.ne, v.context.data.clone()),
+                    strength,
+                }),
             };
             match frame_timesteps {
                 Some(ts) => model.forward_per_frame(g, &inputs, ts),
@@ -249,6 +264,7 @@ impl WanPipeline {
             lat: [lw, lh, frames, c],
             condition,
             first: cond_in.first,
+            vace: cond_in.vace,
         };
         if let (Some(high), Some(expert)) = (&self.high, expert) {
             if req.preview.is_some() || req.mask.is_some() {
@@ -407,6 +423,25 @@ impl WanPipeline {
     }
 }
 
+/// The latent [w, h, T·C] (channel-major) without its first `drop` frames.
+fn drop_leading_frames(x: HostTensor, frames: usize, drop: usize) -> HostTensor {
+    if drop == 0 {
+        return x;
+    }
+    let [w, h, tc, _] = x.ne;
+    let c = tc / frames;
+    let plane = w * h;
+    let mut data = Vec::with_capacity((frames - drop) * c * plane);
+    for ch in 0..c {
+        let start = (ch * frames + drop) * plane;
+        data.extend_from_slice(&x.data[start..(ch + 1) * frames * plane]);
+    }
+    HostTensor {
+        ne: [w, h, (frames - drop) * c, 1],
+        data,
+    }
+}
+
 /// The CLIP width a transformer's image branch reads, if it has one.
 fn c_image_dim(model: &Wan) -> Option<usize> {
     model.config().image.map(|i| i.in_dim)
@@ -458,6 +493,7 @@ struct WanModel<'a> {
     condition: Option<&'a ImageCondition>,
     /// TI2V-5B: the first latent frame, fixed (see [`WanModel::predict`]).
     first: Option<&'a [f32]>,
+    vace: Option<(&'a VaceCondition, f32)>,
 }
 
 /// What one transformer call reads beyond latent, text and sigma.
@@ -466,6 +502,7 @@ struct CallExtras<'a> {
     condition: Option<&'a ImageCondition>,
     /// One timestep per latent frame (TI2V's fixed first frame at 0).
     frame_timesteps: Option<&'a [f32]>,
+    vace: Option<(&'a VaceCondition, f32)>,
 }
 
 /// What a sampling pass is conditioned on beyond the text.
@@ -473,6 +510,7 @@ struct CallExtras<'a> {
 struct Conditioning<'a> {
     condition: Option<&'a ImageCondition>,
     first: Option<&'a [f32]>,
+    vace: Option<(&'a VaceCondition, f32)>,
 }
 
 impl GuidedModel for WanModel<'_> {
@@ -511,6 +549,7 @@ impl GuidedModel for WanModel<'_> {
                     CallExtras {
                         condition: self.condition,
                         frame_timesteps: frame_t.as_deref(),
+                        vace: self.vace,
                     },
                 )
                 .map_err(|e| format!("{e:#}"))?;
@@ -553,7 +592,49 @@ impl Generator for WanPipeline {
                 video_frames(frames)
             );
         }
+        let vace = self.dit.model.config().vace.clone();
+        if vace.is_none() && !batch.control_frames.is_empty() {
+            log::warn!("--control-video is read by Wan VACE models only; ignored");
+        }
         let concat = self.concat_channels();
+        if let (Some(v), 0) = (vace, concat) {
+            if batch.end.is_some() || batch.mask.is_some() || batch.hires {
+                return Err(Error::Unsupported(
+                    "--end-img, --mask and --hires are not supported by Wan VACE models".into(),
+                ));
+            }
+            let (w, h) = (batch.width, batch.height);
+            let t = Instant::now();
+            let cond = vace_condition(
+                &self.vae,
+                &self.stats,
+                batch.control_frames,
+                batch.init,
+                w,
+                h,
+                video_frames(frames),
+                v.in_channels,
+            )?;
+            log::debug!(
+                "wan: VACE control ({} frames, {} reference) in {:.2}s",
+                batch.control_frames.len().min(video_frames(frames)),
+                cond.ref_frames,
+                t.elapsed().as_secs_f64()
+            );
+            self.batch = Some(Prepared {
+                width: w,
+                height: h,
+                init: None,
+                mask: None,
+                extra: WanBatch {
+                    frames,
+                    vace: Some((cond, batch.vace_strength)),
+                    condition: None,
+                    first_frame: None,
+                },
+            });
+            return Ok(());
+        }
         if concat == 0 {
             if batch.end.is_some() {
                 return Err(Error::Unsupported(
@@ -583,6 +664,7 @@ impl Generator for WanPipeline {
                         frames,
                         condition: None,
                         first_frame: first,
+                        vace: None,
                     },
                 });
                 return Ok(());
@@ -604,6 +686,7 @@ impl Generator for WanPipeline {
                     frames,
                     condition: None,
                     first_frame: None,
+                    vace: None,
                 },
             });
             return Ok(());
@@ -623,6 +706,7 @@ impl Generator for WanPipeline {
                 frames,
                 condition: Some(condition),
                 first_frame: None,
+                vace: None,
             },
         });
         Ok(())
@@ -633,16 +717,24 @@ impl Generator for WanPipeline {
         let frames = batch.extra.frames;
         let condition = batch.extra.condition.as_ref();
         let first = batch.extra.first_frame.as_deref();
+        let vace = batch.extra.vace.as_ref().map(|(v, s)| (v, *s));
+        // A VACE reference image is an extra latent frame in front, dropped before decoding.
+        let refs = vace.map_or(0, |(v, _)| v.ref_frames);
         let tiling = job.tiling;
         let expert = job.high_noise;
         let x = crate::pipeline::passes::sample_passes(job, batch, &self.vae, |req| {
             self.sample(
                 req,
-                frames,
-                Conditioning { condition, first },
+                frames + refs,
+                Conditioning {
+                    condition,
+                    first,
+                    vace,
+                },
                 expert.as_ref(),
             )
         })?;
+        let x = drop_leading_frames(x, frames + refs, refs);
         if frames == 1 {
             return self.vae.decode(&x, tiling);
         }

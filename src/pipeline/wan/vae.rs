@@ -96,6 +96,7 @@ fn load_kind<V: WanVaeKind>(
     files: &ComponentStore,
     ctx: &LoadContext<'_>,
     channels: usize,
+    encoder: bool,
 ) -> Result<(VaeStage, LatentStats)> {
     let json = files.config().and_then(LatentStats::from_diffusers_config);
     let src = StoreSource::new(&files.store, ComponentId::Vae.prefix());
@@ -108,7 +109,7 @@ fn load_kind<V: WanVaeKind>(
         if !sw.decoder {
             return Err(no_decoder());
         }
-        *sw.encoder = ctx.needs.encoder && *sw.encoder;
+        *sw.encoder = (ctx.needs.encoder || encoder) && *sw.encoder;
         *sw.video = true;
         stats = Some(pick_stats(json.as_ref(), sw.stats, sw.z_dim, channels)?);
         log::debug!("wan vae: {config:?}");
@@ -119,18 +120,20 @@ fn load_kind<V: WanVaeKind>(
 }
 
 /// Loads the VAE for video (time convolutions included; the encoder when the run needs it) and
-/// its statistics; `channels` is the transformer's latent width. The flag says whether it is
+/// its statistics; `channels` is the transformer's latent width; `encoder` loads the encoder
+/// whatever the run's inputs (VACE encodes its control video). The flag says whether it is
 /// the Wan 2.2 VAE (TI2V-5B, whose image-to-video fixes the first latent frame).
 pub fn load_vae(
     files: &ComponentStore,
     ctx: &LoadContext<'_>,
     channels: usize,
+    encoder: bool,
 ) -> Result<(VaeStage, LatentStats, bool)> {
     let wan22 = is_wan22(files);
     let (stage, stats) = if wan22 {
-        load_kind::<Wan22Vae>(files, ctx, channels)?
+        load_kind::<Wan22Vae>(files, ctx, channels, encoder)?
     } else {
-        load_kind::<WanVae>(files, ctx, channels)?
+        load_kind::<WanVae>(files, ctx, channels, encoder)?
     };
     Ok((stage, stats, wan22))
 }

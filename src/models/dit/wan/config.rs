@@ -49,6 +49,50 @@ pub struct WanImageBranch {
     pub pos_len: Option<usize>,
 }
 
+/// The VACE branch: a patch embedding of the control video and one block per hint, each hint
+/// added to the main stream after its main block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WanVace {
+    /// Control channels (96: inactive and reactive latents, 16 each, and the 8×8 mask).
+    pub in_channels: usize,
+    /// For VACE block k, the main block after which its hint is added (diffusers'
+    /// `vace_layers`), strictly increasing from 0.
+    pub layers: Vec<usize>,
+}
+
+/// What `config.json` says that the weights cannot: the head count and, for VACE, the main
+/// blocks the hints join.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WanHints {
+    pub heads: Option<usize>,
+    pub vace_layers: Option<Vec<usize>>,
+}
+
+impl WanHints {
+    /// `num_attention_heads` and `vace_layers` of a diffusers `config.json`.
+    pub fn from_config(config: &serde_json::Value) -> Self {
+        let vace_layers = config.get("vace_layers").and_then(|v| {
+            v.as_array()?
+                .iter()
+                .map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok()))
+                .collect::<Option<Vec<usize>>>()
+        });
+        Self {
+            heads: heads_hint(config),
+            vace_layers,
+        }
+    }
+}
+
+impl From<Option<usize>> for WanHints {
+    fn from(heads: Option<usize>) -> Self {
+        Self {
+            heads,
+            vace_layers: None,
+        }
+    }
+}
+
 /// Sizes of a Wan 2.1 / 2.2 transformer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WanConfig {
@@ -71,8 +115,8 @@ pub struct WanConfig {
     /// The affine layer norm before cross-attention (all releases have it).
     pub cross_attn_norm: bool,
     pub image: Option<WanImageBranch>,
-    /// VACE blocks found in the file; they are not run (see the module docs).
-    pub vace_layers: usize,
+    /// The VACE control branch (`vace_blocks`, `vace_patch_embedding`), if the file has one.
+    pub vace: Option<WanVace>,
     /// Rope dims per head for the (frame, row, column) axes.
     pub axes_dims: [usize; 3],
 }
@@ -94,8 +138,9 @@ impl WanConfig {
     /// `dim / 128` as in every release.
     pub fn detect(
         wb: &WeightBuilder<'_, '_>,
-        heads_hint: Option<usize>,
+        hints: impl Into<WanHints>,
     ) -> Result<Self, RunnerError> {
+        let hints = hints.into();
         let layout = Self::recognise(wb).ok_or_else(|| RunnerError::MissingTensor {
             key: wb.key("blocks.0.self_attn.q.weight"),
             origin: ORIGIN.into(),
@@ -132,7 +177,7 @@ impl WanConfig {
                 format!("{out_feat} outputs are not {per_patch} patch positions × channels"),
             ));
         }
-        let heads = match heads_hint {
+        let heads = match hints.heads {
             Some(h) => h,
             None if dim.is_multiple_of(RELEASED_HEAD_DIM) => dim / RELEASED_HEAD_DIM,
             None => {
@@ -178,8 +223,13 @@ impl WanConfig {
             qk_norm: wb.contains(&format!("{}.weight", block0(n.self_norm_q))),
             cross_attn_norm: wb.contains(&format!("{}.weight", block0(n.cross_norm))),
             image,
-            vace_layers: count(&|i| format!("vace_blocks.{i}.{}.weight", n.self_q)),
+            vace: None,
             axes_dims: axes_dims(head_dim),
+        };
+        let vace_blocks = count(&|i| format!("vace_blocks.{i}.{}.weight", n.self_q));
+        let config = Self {
+            vace: detect_vace(wb, &config, vace_blocks, hints.vace_layers)?,
+            ..config
         };
         log::debug!("wan: {config:?}");
         Ok(config)
@@ -189,6 +239,55 @@ impl WanConfig {
     pub fn patch_features(&self) -> usize {
         self.patch.iter().product::<usize>() * self.in_channels
     }
+}
+
+/// The VACE branch of a file with `blocks` VACE blocks: its input width from
+/// `vace_patch_embedding`, its hint positions from `config.json` or, without one, upstream's
+/// rule (every `layers / blocks`-th main block from 0: 0, 2, …, 28 for 1.3B; 0, 5, …, 35 for
+/// 14B, as diffusers' configs say).
+fn detect_vace(
+    wb: &WeightBuilder<'_, '_>,
+    c: &WanConfig,
+    blocks: usize,
+    given: Option<Vec<usize>>,
+) -> Result<Option<WanVace>, RunnerError> {
+    if blocks == 0 {
+        return Ok(None);
+    }
+    let name = "vace_patch_embedding";
+    let [pw, ph, pt, cd] = wb.require_ne(&format!("{name}.weight"), ORIGIN)?;
+    let bad = |reason: String| wb.bad_data(&format!("{name}.weight"), ORIGIN, reason);
+    if [pt, ph, pw] != c.patch || cd == 0 || !cd.is_multiple_of(c.dim) {
+        return Err(bad(format!(
+            "shape {:?} is not a {}-output kernel of the model's patch {:?}",
+            [pw, ph, pt, cd],
+            c.dim,
+            c.patch
+        )));
+    }
+    let layers = match given {
+        Some(l) => l,
+        None => {
+            let step = (c.layers / blocks).max(1);
+            (0..blocks).map(|k| k * step).collect()
+        }
+    };
+    let increasing = layers.windows(2).all(|w| w[0] < w[1]);
+    if layers.len() != blocks
+        || layers.first() != Some(&0)
+        || !increasing
+        || layers.last().is_some_and(|&l| l >= c.layers)
+    {
+        return Err(bad(format!(
+            "VACE hint positions {layers:?} do not fit {blocks} VACE blocks over {} main blocks \
+             (config.json's vace_layers must start at 0 and increase)",
+            c.layers
+        )));
+    }
+    Ok(Some(WanVace {
+        in_channels: cd / c.dim,
+        layers,
+    }))
 }
 
 /// `num_attention_heads` of a diffusers `config.json`, when it is a positive integer.

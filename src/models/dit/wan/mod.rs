@@ -7,9 +7,9 @@
 //! Covers Wan 2.1 T2V (1.3B, 14B), I2V-14B (CLIP image tokens through `img_emb`, attended
 //! beside the text), FLF2V-14B (the image branch's position table), Wan 2.2 T2V / I2V-14B
 //! (the caller concatenates mask and condition channels into the latent) and TI2V-5B
-//! (48 channels; per-frame timesteps via [`Wan::forward_per_frame`]). Not done: VACE —
-//! `vace_blocks` are counted in the config but not run, so a VACE file behaves as its base
-//! T2V model; batches larger than one.
+//! (48 channels; per-frame timesteps via [`Wan::forward_per_frame`]) and Wan 2.1 VACE (a
+//! control branch whose hints join the main stream, `vace.rs`; without a control input a
+//! VACE file runs as its base model). Not done: batches larger than one.
 //!
 //! Both checkpoint layouts load ([`WanLayout`]). A latent not a whole number of patches is
 //! zero-padded and the output cropped, as upstream.
@@ -19,12 +19,14 @@ mod config;
 mod embed;
 mod names;
 mod patch;
+mod vace;
 
 pub use config::{
-    axes_dims, heads_hint, WanConfig, WanImageBranch, WanLayout, NORM_EPS, RELEASED_HEAD_DIM,
-    ROPE_THETA,
+    axes_dims, heads_hint, WanConfig, WanHints, WanImageBranch, WanLayout, WanVace, NORM_EPS,
+    RELEASED_HEAD_DIM, ROPE_THETA,
 };
 pub(crate) use names::other_layout_name;
+pub use vace::VaceContext;
 
 use crate::ggml::Tensor;
 use crate::nn;
@@ -32,6 +34,7 @@ use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
 use blocks::{Block, BlockInputs, Rope};
 use embed::{Head, ImageEmbedding, TextEmbedding, TimeEmbedding};
+use vace::VaceBranch;
 
 /// Cut-group prefix of this model's graph-cut marks.
 pub const CUT_PREFIX: &str = "wan";
@@ -48,6 +51,8 @@ pub struct WanInputs<'g> {
     /// The model's timestep, in [0, 1000] as diffusers passes it (see
     /// [`Wan::forward_per_frame`] for one per frame).
     pub timestep: f32,
+    /// VACE models: the control video and the hints' strength.
+    pub vace: Option<VaceContext<'g>>,
 }
 
 /// A Wan transformer: weight handles and sizes.
@@ -61,6 +66,7 @@ pub struct Wan {
     text: TextEmbedding,
     image: Option<ImageEmbedding>,
     blocks: Vec<Block>,
+    vace: Option<VaceBranch>,
     head: Head,
 }
 
@@ -86,6 +92,11 @@ impl Wan {
                 .map(|i| ImageEmbedding::new(wb, c, i.in_dim, i.pos_len))
                 .transpose()?,
             blocks,
+            vace: c
+                .vace
+                .as_ref()
+                .map(|v| VaceBranch::new(wb, c, v))
+                .transpose()?,
             head: Head::new(wb, c)?,
             config,
         })
@@ -141,6 +152,17 @@ impl Wan {
                     ));
                 }
             }
+        }
+        match (&c.vace, &inputs.vace) {
+            (None, Some(_)) => return bad("a control video for a model without VACE blocks".into()),
+            (Some(v), Some(ctx)) if ctx.context.ne() != [w, h, t, v.in_channels] => {
+                return bad(format!(
+                    "VACE control {:?}; the model takes [{w}, {h}, {t}, {}] (the latent's size)",
+                    ctx.context.ne(),
+                    v.in_channels
+                ))
+            }
+            _ => {}
         }
         if let Some(ts) = frame_timesteps {
             if ts.len() != frames {
@@ -235,9 +257,25 @@ impl Wan {
             text,
             image,
         };
+        // VACE: the control stream and its strength, when the call has a control video.
+        let mut control = match (&self.vace, &c.vace, &inputs.vace) {
+            (Some(branch), Some(v), Some(ctx)) => {
+                let ctl = branch.embed(g, ctx, x, c, v);
+                Some((branch, v, g.cut(&prelude, "vace", ctl), ctx.strength))
+            }
+            _ => None,
+        };
         for (i, block) in self.blocks.iter().enumerate() {
-            let xi = block.forward(g, x, &block_inputs, c);
-            x = g.cut(&format!("{CUT_PREFIX}.blocks.{i}"), "x", xi);
+            let mut xi = block.forward(g, x, &block_inputs, c);
+            let group = format!("{CUT_PREFIX}.blocks.{i}");
+            if let Some((branch, v, ctl, strength)) = control.as_mut() {
+                if let Some(k) = v.layers.iter().position(|&l| l == i) {
+                    let (next, hint) = branch.block(g, k, *ctl, &block_inputs, c, *strength);
+                    xi = g.add(xi, hint);
+                    *ctl = g.cut(&group, "vace", next);
+                }
+            }
+            x = g.cut(&group, "x", xi);
         }
         let y = self.head.forward(g, x, temb);
         let y = patch::unpatchify(g, y, c.patch, grid);

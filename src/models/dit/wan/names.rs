@@ -40,6 +40,9 @@ pub(crate) struct Names {
     pub ffn: [&'static str; 2],
     /// A block's [1, 6, D] modulation table.
     pub table: &'static str,
+    /// VACE block 0's input projection and every VACE block's hint projection.
+    pub vace_in: &'static str,
+    pub vace_out: &'static str,
 }
 
 pub(crate) const ORIGINAL: Names = Names {
@@ -71,6 +74,8 @@ pub(crate) const ORIGINAL: Names = Names {
     cross_norm: "norm3",
     ffn: ["ffn.0", "ffn.2"],
     table: "modulation",
+    vace_in: "before_proj",
+    vace_out: "after_proj",
 };
 
 pub(crate) const DIFFUSERS: Names = Names {
@@ -108,6 +113,8 @@ pub(crate) const DIFFUSERS: Names = Names {
     cross_norm: "norm2",
     ffn: ["ffn.net.0.proj", "ffn.net.2"],
     table: "scale_shift_table",
+    vace_in: "proj_in",
+    vace_out: "proj_out",
 };
 
 /// The name of module `name` (relative to the model root, without `.weight`) in the other
@@ -138,7 +145,10 @@ pub(crate) fn other_layout_name(name: &str) -> Option<String> {
             }
         })
     };
-    if let Some(rest) = name.strip_prefix("blocks.") {
+    let block = ["blocks.", "vace_blocks."]
+        .into_iter()
+        .find_map(|p| name.strip_prefix(p).map(|rest| (p, rest)));
+    if let Some((prefix, rest)) = block {
         let (index, leaf) = rest.split_once('.')?;
         let (aa, ba) = (&a.attn, &b.attn);
         let leaves = [
@@ -161,7 +171,9 @@ pub(crate) fn other_layout_name(name: &str) -> Option<String> {
         pairs.push((a.cross_norm.into(), b.cross_norm.into()));
         pairs.push((a.ffn[0].into(), b.ffn[0].into()));
         pairs.push((a.ffn[1].into(), b.ffn[1].into()));
-        return swap(&pairs, leaf).map(|other| format!("blocks.{index}.{other}"));
+        pairs.push((a.vace_in.into(), b.vace_in.into()));
+        pairs.push((a.vace_out.into(), b.vace_out.into()));
+        return swap(&pairs, leaf).map(|other| format!("{prefix}{index}.{other}"));
     }
     let pairs: Vec<(String, String)> = top
         .iter()
@@ -187,6 +199,9 @@ mod tests {
                 "condition_embedder.text_embedder.linear_1",
             ),
             ("head.head", "proj_out"),
+            ("vace_blocks.1.self_attn.k", "vace_blocks.1.attn1.to_k"),
+            ("vace_blocks.0.before_proj", "vace_blocks.0.proj_in"),
+            ("vace_blocks.2.after_proj", "vace_blocks.2.proj_out"),
         ] {
             assert_eq!(other_layout_name(orig).as_deref(), Some(diff));
             assert_eq!(other_layout_name(diff).as_deref(), Some(orig));
