@@ -8,8 +8,11 @@ and times one diffusers fp32 forward at 512x512 on the CPU.
          batch 2 (CFG), 154 text tokens
   zimage: Z-Image Turbo at 1024x1024: width 3840 (30 x 128), FFN 10240, captions 2560 wide; 1 + 1 refiner
          blocks and 2 main layers of the released 2 + 2 and 30; no CFG, 100 caption tokens (padded to 128)
+  wan:   Wan 2.1 T2V 1.3B at 480x832, 33 frames (latent 9 x 60 x 104: 14040 patch tokens): width 1536
+         (12 x 128), FFN 8960, umT5 states 4096 wide; 2 blocks of the released 30; one call (CFG's two calls
+         are two of these), 512 text tokens
 
-python3 benches/dit_step.py <flux|sd35m|zimage> <dir> [threads]  -> prints "diffusers_s <secs> rss_mb <MB>"
+python3 benches/dit_step.py <flux|sd35m|zimage|wan> <dir> [threads]  -> prints "diffusers_s <secs> rss_mb <MB>"
 """
 import os
 import resource
@@ -37,6 +40,13 @@ elif model_name == "zimage":
     # diffusers' forward takes lists of (C, F, H, W) latents and (L, C) captions; t = 1 - sigma.
     kwargs = dict(x=[torch.randn(16, 1, 128, 128)], t=torch.tensor([0.3]), cap_feats=[torch.randn(100, 2560)],
                   return_dict=False)
+elif model_name == "wan":
+    from diffusers import WanTransformer3DModel
+    model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128,
+                                  in_channels=16, out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=8960,
+                                  num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6)
+    kwargs = dict(hidden_states=torch.randn(1, 16, 9, 60, 104), timestep=torch.tensor([700.0]),
+                  encoder_hidden_states=torch.randn(1, 512, 4096), return_dict=False)
 else:
     from diffusers import SD3Transformer2DModel
     model = SD3Transformer2DModel(sample_size=128, patch_size=2, in_channels=16, num_layers=6, attention_head_dim=64,

@@ -1,8 +1,9 @@
-//! One FLUX.1-dev step (512², guidance, no CFG), one SD3.5-medium step (512², CFG batch 2) or
-//! one Z-Image Turbo step (1024², no CFG) at the real block widths with fewer blocks (`benches/dit_step.py` says which), ours vs
+//! One FLUX.1-dev step (512², guidance, no CFG), one SD3.5-medium step (512², CFG batch 2),
+//! one Z-Image Turbo step (1024², no CFG) or one Wan 2.1 1.3B call (480×832, 33 frames) at the
+//! real block widths with fewer blocks (`benches/dit_step.py` says which), ours vs
 //! diffusers fp32 on the CPU in the same run, at f32/bf16/q8_0 weights, with peak RSS.
 //!
-//! `cargo bench --bench dit_step -- --model flux|sd35m|zimage [--threads N --dir DIR
+//! `cargo bench --bench dit_step -- --model flux|sd35m|zimage|wan [--threads N --dir DIR
 //! --variants f32,bf16,q8_0]`. The script writes the random weights (about 2.6 GB each) the
 //! first time and times diffusers; each of our variants runs in a child process so its peak
 //! RSS is its own. Per-block figures come from the same weights loaded without blocks (FLUX:
@@ -17,6 +18,7 @@ use sd_cli::dtype::DType;
 use sd_cli::ggml::Backend;
 use sd_cli::models::dit::flux::{packing, Flux, FluxConfig, FluxInputs};
 use sd_cli::models::dit::sd3::{Sd3, Sd3Config};
+use sd_cli::models::dit::wan::{Wan, WanConfig, WanInputs};
 use sd_cli::models::dit::z_image::{ZImage, ZImageConfig, ZImageInputs};
 use sd_cli::runner::{RunOptions, Runner, StoreSource, WeightLoader};
 use sd_cli::weights::TensorStore;
@@ -89,6 +91,31 @@ fn time_model(
                         guidance: &[3.5],
                         txt_mask: None,
                         skip_layers: &[],
+                    };
+                    vec![m.forward(g, &inputs).expect("forward")]
+                })
+                .expect("step");
+        });
+    } else if model == "wan" {
+        let mut config = WanConfig::detect(&loader.root(""), None).expect("config");
+        if let Some([layers, _]) = blocks {
+            config.layers = layers;
+        }
+        let m = Wan::new(&loader.root(""), config).expect("model");
+        let weights = loader.finish(&backend, "wan").expect("load");
+        weights_mb = weights.bytes() as f64 / 1048576.0;
+        drop(store);
+        let runner = Runner::new("wan", backend, Some(weights), RunOptions::default());
+        let (x, text) = (values(104 * 60 * 9 * 16, 7919), values(4096 * 512, 104729));
+        secs = best(|| {
+            runner
+                .compute(|g| {
+                    let inputs = WanInputs {
+                        latent: g.input_f32("x", [104, 60, 9, 16], x.clone()),
+                        text: g.input_f32("text", [4096, 512, 1, 1], text.clone()),
+                        image: None,
+                        timestep: 700.0,
+                        vace: None,
                     };
                     vec![m.forward(g, &inputs).expect("forward")]
                 })
@@ -178,6 +205,12 @@ fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
             "embedders_s {base:.3} refiners_s {refiners:.3} layer_s {layer:.3} full_s {:.3}",
             base + 2.0 * refiners + 30.0 * layer
         )
+    } else if model == "wan" {
+        let block = (secs - base) / 2.0;
+        format!(
+            "embedders_s {base:.3} block_s {block:.3} full_s {:.3}",
+            base + 30.0 * block
+        )
     } else {
         let block = (secs - base) / 6.0;
         format!(
@@ -251,6 +284,13 @@ fn main() {
                         f("embedders_s"),
                         f("refiners_s"),
                         f("layer_s"),
+                        f("full_s")
+                    );
+                } else if model == "wan" {
+                    println!(
+                        "    per block: embedders {:.2} s, block {:.2} s; 30 blocks ≈ {:.1} s per call (CFG: two calls a step)",
+                        f("embedders_s"),
+                        f("block_s"),
                         f("full_s")
                     );
                 } else {

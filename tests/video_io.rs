@@ -1,8 +1,9 @@
-//! Video output (`sd_cli::image_io::video`): synthetic frames written as `.avi`, animated
-//! `.webp` and `%d` image sequences, read back by independent code: a RIFF walker written here
-//! plus the `image` crate's JPEG decoder for AVI (within JPEG loss: PSNR >= 30 dB per frame),
-//! the `image` crate's animated WebP decoder (lossless: exact), and the `png` crate for
-//! sequences (exact). Then the error cases.
+//! Video output (`sd_cli::image_io::video`): synthetic frames written as `.avi`, `.webm`,
+//! animated `.webp` and `%d` image sequences, read back by independent code: a RIFF walker
+//! written here plus the `image` crate's JPEG decoder for AVI (within JPEG loss: PSNR >= 30 dB
+//! per frame), an EBML walker written here plus the `image` crate's VP8 decoder for WebM
+//! (within VP8 loss: PSNR >= 30 dB per frame), the `image` crate's animated WebP decoder
+//! (lossless: exact), and the `png` crate for sequences (exact). Then the error cases.
 
 use std::collections::BTreeSet;
 use std::io::Cursor;
@@ -396,9 +397,7 @@ fn errors_name_the_file_and_the_problem() {
     assert!(matches!(e, VideoError::BadFrame { index: 1, .. }), "{e}");
     let e = err(&dir.path().join("v.mp4"), &good, 16);
     assert!(matches!(e, VideoError::UnknownFormat { .. }), "{e}");
-    let e = err(&dir.path().join("v.webm"), &good, 16);
-    assert!(matches!(e, VideoError::WebmUnsupported { .. }), "{e}");
-    assert!(e.to_string().contains(".avi"), "{e}");
+    assert!(e.to_string().contains(".webm"), "{e}");
     let missing = dir.path().join("no/such/dir/v.avi");
     let e = err(&missing, &good, 16);
     assert!(matches!(e, VideoError::Image(_)), "{e}");
@@ -438,6 +437,172 @@ fn rgba_frames_keep_alpha_in_webp_and_drop_it_in_avi() {
     assert_eq!(read_avi(&avi).frames.len(), 2);
 }
 
+/// A WebM element: ID (marker bits kept), payload range.
+#[derive(Debug, Clone)]
+struct Element {
+    id: u32,
+    start: usize,
+    end: usize,
+}
+
+/// An EBML variable-length integer at `at`: (value without the marker, length).
+fn vint(b: &[u8], at: usize, keep_marker: bool) -> (u64, usize) {
+    let len = b[at].leading_zeros() as usize + 1;
+    assert!(len <= 8, "bad vint at {at}");
+    let mut v = u64::from(b[at]);
+    if !keep_marker {
+        v &= (1u64 << (8 - len)) - 1;
+    }
+    for i in 1..len {
+        v = (v << 8) | u64::from(b[at + i]);
+    }
+    (v, len)
+}
+
+/// The elements directly inside `b[start..end]`.
+fn children(b: &[u8], start: usize, end: usize) -> Vec<Element> {
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < end {
+        let (id, il) = vint(b, at, true);
+        let (size, sl) = vint(b, at + il, false);
+        let body = at + il + sl;
+        let stop = body + size as usize;
+        assert!(stop <= end, "element {id:x} overruns its parent");
+        out.push(Element {
+            id: id as u32,
+            start: body,
+            end: stop,
+        });
+        at = stop;
+    }
+    assert_eq!(at, end);
+    out
+}
+
+fn child(b: &[u8], parent: &Element, id: u32) -> Element {
+    children(b, parent.start, parent.end)
+        .into_iter()
+        .find(|e| e.id == id)
+        .unwrap_or_else(|| panic!("no element {id:x} in {:x}", parent.id))
+}
+
+fn be_uint(b: &[u8], e: &Element) -> u64 {
+    b[e.start..e.end]
+        .iter()
+        .fold(0, |v, &x| (v << 8) | u64::from(x))
+}
+
+/// A VP8 key frame wrapped as a still WebP, decoded by the `image` crate to RGB.
+fn decode_vp8(frame: &[u8]) -> (u32, u32, Vec<u8>) {
+    let mut riff = Vec::new();
+    riff.extend_from_slice(b"RIFF");
+    let padded = frame.len() + frame.len() % 2;
+    riff.extend_from_slice(&((4 + 8 + padded) as u32).to_le_bytes());
+    riff.extend_from_slice(b"WEBPVP8 ");
+    riff.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+    riff.extend_from_slice(frame);
+    if frame.len() % 2 == 1 {
+        riff.push(0);
+    }
+    let img = image::load_from_memory_with_format(&riff, image::ImageFormat::WebP)
+        .expect("VP8 frame")
+        .to_rgb8();
+    (img.width(), img.height(), img.into_raw())
+}
+
+fn check_webm(dir: &Path, name: &str, w: u32, h: u32, fps: u32, n: usize, text: Option<&str>) {
+    let src = frames(n, w, h);
+    let path = dir.join(name);
+    write_video(&path, &src, fps, text, 0).unwrap();
+    let b = std::fs::read(&path).unwrap();
+    let top = children(&b, 0, b.len());
+    assert_eq!(
+        top.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [0x1A45_DFA3, 0x1853_8067]
+    );
+    let doc = child(&b, &top[0], 0x4282);
+    assert_eq!(&b[doc.start..doc.end], b"webm");
+    let seg = &top[1];
+    let parts = children(&b, seg.start, seg.end);
+
+    // The SeekHead points at the elements it names.
+    let head = &parts[0];
+    assert_eq!(head.id, 0x114D_9B74);
+    for seek in children(&b, head.start, head.end)
+        .iter()
+        .filter(|e| e.id == 0x4DBB)
+    {
+        let id = child(&b, seek, 0x53AB);
+        let pos = be_uint(&b, &child(&b, seek, 0x53AC)) as usize;
+        let (at_id, _) = vint(&b, seg.start + pos, true);
+        assert_eq!(at_id, be_uint(&b, &id), "seek entry");
+    }
+
+    let info = parts.iter().find(|e| e.id == 0x1549_A966).unwrap();
+    assert_eq!(be_uint(&b, &child(&b, info, 0x2A_D7B1)), 1_000_000);
+    let tracks = parts.iter().find(|e| e.id == 0x1654_AE6B).unwrap();
+    let track = child(&b, tracks, 0xAE);
+    let codec = child(&b, &track, 0x86);
+    assert_eq!(&b[codec.start..codec.end], b"V_VP8");
+    let frame_ns = (1e9 / f64::from(fps)).round() as u64;
+    assert_eq!(be_uint(&b, &child(&b, &track, 0x23_E383)), frame_ns);
+    let video = child(&b, &track, 0xE0);
+    assert_eq!(be_uint(&b, &child(&b, &video, 0xB0)), u64::from(w));
+    assert_eq!(be_uint(&b, &child(&b, &video, 0xBA)), u64::from(h));
+
+    let comment = parts.iter().find(|e| e.id == 0x1254_C367).map(|tags| {
+        let tag = child(&b, tags, 0x7373);
+        let simple = child(&b, &tag, 0x67C8);
+        let s = child(&b, &simple, 0x4487);
+        String::from_utf8(b[s.start..s.end].to_vec()).unwrap()
+    });
+    assert_eq!(comment.as_deref(), text);
+
+    // Every frame a key frame at its time, decoding to the source within VP8 loss; a cue
+    // per cluster.
+    let clusters: Vec<&Element> = parts.iter().filter(|e| e.id == 0x1F43_B675).collect();
+    let mut index = 0;
+    for cluster in &clusters {
+        let t0 = be_uint(&b, &child(&b, cluster, 0xE7));
+        for block in children(&b, cluster.start, cluster.end)
+            .iter()
+            .filter(|e| e.id == 0xA3)
+        {
+            let d = &b[block.start..block.end];
+            assert_eq!((d[0], d[3]), (0x81, 0x80), "track 1, key frame");
+            let rel = i16::from_be_bytes([d[1], d[2]]) as u64;
+            let want_ms = (index as u64 * frame_ns + 500_000) / 1_000_000;
+            assert_eq!(t0 + rel, want_ms, "frame {index} time");
+            let (fw, fh, rgb) = decode_vp8(&d[4..]);
+            assert_eq!((fw, fh), (w, h));
+            let p = psnr(&rgb, &src[index].data);
+            assert!(p >= JPEG_PSNR_FLOOR, "{name} frame {index}: PSNR {p:.1} dB");
+            index += 1;
+        }
+    }
+    assert_eq!(index, n);
+    let cues = parts.iter().find(|e| e.id == 0x1C53_BB6B).unwrap();
+    let points = children(&b, cues.start, cues.end);
+    assert_eq!(points.len(), clusters.len());
+    for (point, cluster) in points.iter().zip(&clusters) {
+        let pos = child(&b, point, 0xB7);
+        let at = be_uint(&b, &child(&b, &pos, 0xF1)) as usize;
+        assert_eq!(vint(&b, seg.start + at, true).0, 0x1F43_B675);
+        let t = be_uint(&b, &child(&b, point, 0xB3));
+        assert_eq!(t, be_uint(&b, &child(&b, cluster, 0xE7)));
+    }
+    no_temp_files(dir);
+}
+
+#[test]
+fn webm_is_vp8_key_frames_with_cues_and_comment() {
+    let dir = tempfile::tempdir().unwrap();
+    check_webm(dir.path(), "a.webm", 48, 32, 16, 5, Some(TEXT));
+    // Odd sizes, no text; 12 frames at 2 fps span two clusters (5 s each).
+    check_webm(dir.path(), "b.WEBM", 47, 31, 2, 12, None);
+}
+
 /// Writes sample files for a manual check with an outside decoder (ffprobe, PyAV):
 /// `SD_VIDEO_SAMPLES=/tmp/v cargo test --release --test video_io -- --ignored`.
 #[test]
@@ -449,7 +614,7 @@ fn write_samples_for_external_check() {
     std::fs::create_dir_all(&dir).unwrap();
     for (w, h) in [(48, 32), (47, 31)] {
         let src = frames(5, w, h);
-        for ext in ["avi", "webp"] {
+        for ext in ["avi", "webm", "webp"] {
             let path = dir.join(format!("sample_{w}x{h}.{ext}"));
             write_video(&path, &src, 16, Some(TEXT), 0).unwrap();
         }

@@ -138,6 +138,12 @@ fn video_containers_hold_the_frames() {
     let avi = std::fs::read(tmp.path().join("clip.avi")).unwrap();
     assert_eq!(&avi[..4], b"RIFF");
     assert_eq!(&avi[8..12], b"AVI ");
+    // WebM: EBML magic, a VP8 track (tests/video_io.rs decodes such files frame by frame).
+    let o = run("clip.webm", &[], tmp.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let webm = std::fs::read(tmp.path().join("clip.webm")).unwrap();
+    assert_eq!(&webm[..4], [0x1a, 0x45, 0xdf, 0xa3]);
+    assert!(webm.windows(5).any(|w| w == b"V_VP8"));
     let o = run("clip.webp", &[], tmp.path());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     use image::AnimationDecoder;

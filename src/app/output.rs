@@ -105,7 +105,9 @@ pub(super) fn write_video(
         })
         .collect::<Result<Vec<_>>>()?;
     let raw = std::path::PathBuf::from(&cfg.output.pattern);
-    let path = if VideoFormat::of(&raw) == Some(VideoFormat::Sequence) {
+    // Patterns and .avi/.webm/.webp names as given (a video run writes one file); anything
+    // else through the image naming rules, then upstream's `.avi` fallback.
+    let path = if VideoFormat::of(&raw).is_some() {
         raw
     } else {
         video_output_path(&cfg.output_path_for(index))

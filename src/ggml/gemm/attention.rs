@@ -1,6 +1,6 @@
-//! Exact multi-head attention on the CPU through the blocked tiles: for a block of queries,
-//! scores against every key (one row block of S = Q Kᵀ, kept in L2), a softmax per row, then
-//! P V straight into the output. Heads are read in place from the [heads · d, n, batch]
+//! Exact multi-head attention on the CPU through the blocked tiles: for a block of queries and
+//! a chunk of keys, the scores (one row block of S = Q Kᵀ, kept in L2), an online softmax per
+//! row, then P V straight into the output, rescaled as the running maximum grows. Heads are read in place from the [heads · d, n, batch]
 //! projections, so no permute or copy is needed around it.
 //!
 //! Why: ggml's fused CPU kernel re-packs each 64-key tile for every 64-query tile and runs
@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
+use super::avx2_rows;
 use super::dispatch::{self, Tiles};
 use super::driver::Packed;
 use super::kernels::Tile;
@@ -18,11 +19,14 @@ use crate::dtype::DType;
 use crate::ggml::context::{Context, Tensor};
 use crate::ggml::sys;
 
-/// Queries per block: the block's score rows (48 × n_kv f32) stay in L2.
+/// Queries per block.
 const QB: usize = 8 * MR;
+/// Keys per score chunk: the block's chunk of scores (48 × 512 f32, 96 KiB) stays in L2
+/// through its three passes. A multiple of [`NR`] and of [`KEY_CHUNK`].
+const SCORE_CHUNK: usize = 512;
 /// Keys per P V pass: V's chunk (256 × the head size in f32) stays in L2 for the block.
 const KEY_CHUNK: usize = 256;
-/// Longest key sequence taken (a score block of 48 × 16384 f32 is 3 MiB).
+/// Longest key sequence taken (each thread packs its head's K and V).
 const MAX_KV: usize = 16384;
 /// Largest head (keys × head size) taken: each thread packs its head's K and V, 2 × 8 MiB at
 /// most (Qwen Image at 1024² needs ~2 MiB; a VAE's one 512-wide head over 128² latents
@@ -206,13 +210,15 @@ impl Heads<'_> {
         }
     }
 
-    /// One block of queries in three passes, each ordered so that what it re-reads stays
-    /// in cache: scores panel by panel of K (a 64-key panel serves every 6-row strip of the
-    /// block from L1), softmax row by row, then P V chunk by chunk of keys (a chunk of V
-    /// serves every strip from L2). Strip-major loops re-streamed all of K and V from L3
-    /// for every six queries once a head's K and V outgrew L2 (SD's 4096 keys).
+    /// One block of queries, chunk by chunk of keys (flash attention's online softmax): the
+    /// chunk's scores panel by panel of K (a 64-key panel serves every 6-row strip of the block
+    /// from L1), then per row the scaled, masked scores' maximum, their exponentials against
+    /// the running maximum (what the output so far holds is rescaled to it) and their running
+    /// sum, then P V into the output, [`KEY_CHUNK`] keys of V at a time. A chunk's scores stay
+    /// in L2 through the three passes; once all chunks are in, each output row is divided by
+    /// its sum (a row whose every key is masked stays zeros).
     fn query_block(&self, b: usize, h: usize, rows: std::ops::Range<usize>, s: &mut Scratch) {
-        let ld = self.n_kv.next_multiple_of(16);
+        let ld = SCORE_CHUNK;
         let scores = s.s.f32s(rows.len() * ld).as_mut_ptr();
         let strips = || {
             rows.clone().step_by(MR).map(|r0| {
@@ -220,72 +226,98 @@ impl Heads<'_> {
                 (r0, MR.min(rows.end - r0), s_row)
             })
         };
-        for p in 0..self.n_kv.div_ceil(NR) {
-            let panel = s.k.f32s_ro(p * self.hd * NR);
-            for (r0, n_rows, s_row) in strips() {
-                let tile = Tile {
-                    c: s_row.wrapping_add(p * NR),
-                    ldc: ld,
-                    rows: n_rows,
-                    cols: (self.n_kv - p * NR).min(NR),
-                    accumulate: false,
-                    addend: std::ptr::null(),
-                    bias: std::ptr::null(),
-                };
-                let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
-                // SAFETY: `self.tiles` are this CPU's; the query rows hold `hd` floats `dim`
-                // apart; the K panel holds `hd * NR`; the tile lies inside this block's score
-                // rows.
-                unsafe {
-                    let q = self.q[q_row..].as_ptr();
-                    dispatch::tile_f32(self.tiles, self.hd, q, self.dim, panel, &tile)
-                };
-            }
-        }
-        for (r0, n_rows, s_row) in strips() {
-            for r in 0..n_rows {
-                let mask = self
-                    .mask
-                    .map_or(std::ptr::null(), |m| m[(r0 + r) * self.n_kv..].as_ptr());
-                // SAFETY: as above; the score row and mask row hold `n_kv` floats.
-                unsafe {
-                    let row = s_row.wrapping_add(r * ld);
-                    dispatch::softmax_row(self.tiles, row, mask, self.n_kv, self.scale)
-                };
-            }
-        }
-        for k0 in (0..self.n_kv).step_by(KEY_CHUNK) {
-            let kc = KEY_CHUNK.min(self.n_kv - k0);
-            for (r0, n_rows, s_row) in strips() {
-                for p in &self.v_panels {
+        let out_row = |r: usize| {
+            self.out
+                .wrapping_add((b * self.n_q + r) * self.dim + h * self.hd)
+        };
+        let mut top = [f32::NEG_INFINITY; QB];
+        let mut sum = [0f32; QB];
+        for k0 in (0..self.n_kv).step_by(SCORE_CHUNK) {
+            let kc = SCORE_CHUNK.min(self.n_kv - k0);
+            for p in k0 / NR..(k0 + kc).div_ceil(NR) {
+                let panel = s.k.f32s_ro(p * self.hd * NR);
+                for (r0, n_rows, s_row) in strips() {
                     let tile = Tile {
-                        c: self
-                            .out
-                            .wrapping_add((b * self.n_q + r0) * self.dim + h * self.hd + p.c0),
-                        ldc: self.dim,
+                        c: s_row.wrapping_add(p * NR - k0),
+                        ldc: ld,
                         rows: n_rows,
-                        cols: p.cols,
-                        accumulate: k0 > 0,
+                        cols: (self.n_kv - p * NR).min(NR),
+                        accumulate: false,
                         addend: std::ptr::null(),
                         bias: std::ptr::null(),
                     };
-                    let panel = s.v.f32s_ro(p.offset(self.n_kv) + k0 * p.width);
-                    // SAFETY: as above; the probability rows hold `n_kv` floats `ld` apart
-                    // (this chunk: `kc` from k0), the V panel `n_kv * width` (this chunk's
-                    // rows from k0); the tile is this head's slice of these output rows.
+                    let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
+                    // SAFETY: `self.tiles` are this CPU's; the query rows hold `hd` floats
+                    // `dim` apart; the K panel holds `hd * NR`; the tile lies inside this
+                    // block's chunk of score rows.
                     unsafe {
-                        dispatch::tile_f32_width(
-                            self.tiles,
-                            p.width,
-                            kc,
-                            s_row.wrapping_add(k0).cast_const(),
-                            ld,
-                            panel,
-                            &tile,
-                        )
+                        let q = self.q[q_row..].as_ptr();
+                        dispatch::tile_f32(self.tiles, self.hd, q, self.dim, panel, &tile)
                     };
                 }
             }
+            for (i, r) in rows.clone().enumerate() {
+                let row = scores.wrapping_add(i * ld);
+                let mask = self
+                    .mask
+                    .map_or(std::ptr::null(), |m| m[r * self.n_kv + k0..].as_ptr());
+                // SAFETY: every CPU with the blocked kernels has AVX2 and FMA; the score row
+                // and the mask row hold `kc` floats from here; the output row is this
+                // thread's (its head's `hd` floats of query row r).
+                unsafe {
+                    let chunk_top = avx2_rows::scale_mask_max(row, mask, kc, self.scale);
+                    let new_top = top[i].max(chunk_top);
+                    if new_top == f32::NEG_INFINITY {
+                        std::ptr::write_bytes(row, 0, kc);
+                        continue;
+                    }
+                    let chunk_sum = avx2_rows::exp_sub_sum(row, kc, new_top);
+                    let alpha = (top[i] - new_top).exp();
+                    if k0 > 0 && alpha != 1.0 {
+                        let out = std::slice::from_raw_parts_mut(out_row(r), self.hd);
+                        out.iter_mut().for_each(|v| *v *= alpha);
+                    }
+                    sum[i] = sum[i] * alpha + chunk_sum;
+                    top[i] = new_top;
+                }
+            }
+            for c0 in (k0..k0 + kc).step_by(KEY_CHUNK) {
+                let cc = KEY_CHUNK.min(k0 + kc - c0);
+                for (r0, n_rows, s_row) in strips() {
+                    for p in &self.v_panels {
+                        let tile = Tile {
+                            c: out_row(r0).wrapping_add(p.c0),
+                            ldc: self.dim,
+                            rows: n_rows,
+                            cols: p.cols,
+                            accumulate: c0 > 0,
+                            addend: std::ptr::null(),
+                            bias: std::ptr::null(),
+                        };
+                        let panel = s.v.f32s_ro(p.offset(self.n_kv) + c0 * p.width);
+                        // SAFETY: as above; the exponential rows hold `cc` floats from
+                        // `c0 − k0`, `ld` apart; the V panel `n_kv * width` (this chunk's rows
+                        // from c0); the tile is this head's slice of these output rows.
+                        unsafe {
+                            dispatch::tile_f32_width(
+                                self.tiles,
+                                p.width,
+                                cc,
+                                s_row.wrapping_add(c0 - k0).cast_const(),
+                                ld,
+                                panel,
+                                &tile,
+                            )
+                        };
+                    }
+                }
+            }
+        }
+        for (i, r) in rows.enumerate() {
+            let inv = if sum[i] > 0.0 { 1.0 / sum[i] } else { 0.0 };
+            // SAFETY: this thread's output row slice, as above.
+            let out = unsafe { std::slice::from_raw_parts_mut(out_row(r), self.hd) };
+            out.iter_mut().for_each(|v| *v *= inv);
         }
     }
 }

@@ -58,13 +58,13 @@ unsafe fn reduce_add(v: __m256) -> f32 {
     }
 }
 
-/// One softmax row in place, like [`super::kernels::softmax_row`]: `row[j] = softmax(row ·
-/// scale + mask)[j]` over `n` entries; a row whose every entry is masked becomes zeros.
+/// One chunk of a score row for the online softmax: `row[j] = row[j] · scale + mask[j]` over
+/// `n` entries; returns the chunk's largest value (−∞ when all are masked).
 ///
 /// # Safety
 /// AVX2 and FMA must be present; `row` (and `mask`, unless null) hold `n` floats.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn softmax_row(row: *mut f32, mask: *const f32, n: usize, scale: f32) {
+pub(super) unsafe fn scale_mask_max(row: *mut f32, mask: *const f32, n: usize, scale: f32) -> f32 {
     // SAFETY: every access is masked to the row's first `n` floats.
     unsafe {
         let s = _mm256_set1_ps(scale);
@@ -80,14 +80,19 @@ pub(super) unsafe fn softmax_row(row: *mut f32, mask: *const f32, n: usize, scal
             store_lanes(row.add(j), valid, m, v);
             max = _mm256_max_ps(max, _mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(m)));
         }
-        let top = reduce_max(max);
-        if top == f32::NEG_INFINITY {
-            for j in (0..n).step_by(8) {
-                let valid = (n - j).min(8);
-                store_lanes(row.add(j), valid, lanes(valid), _mm256_setzero_ps());
-            }
-            return;
-        }
+        reduce_max(max)
+    }
+}
+
+/// `row[j] = e^(row[j] − top)` over `n` entries (`top` finite and at least every entry);
+/// returns their sum.
+///
+/// # Safety
+/// AVX2 and FMA must be present; `row` holds `n` floats.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn exp_sub_sum(row: *mut f32, n: usize, top: f32) -> f32 {
+    // SAFETY: every access is masked to the row's first `n` floats.
+    unsafe {
         let top = _mm256_set1_ps(top);
         let mut sum = _mm256_setzero_ps();
         for j in (0..n).step_by(8) {
@@ -98,13 +103,7 @@ pub(super) unsafe fn softmax_row(row: *mut f32, mask: *const f32, n: usize, scal
             store_lanes(row.add(j), valid, m, e);
             sum = _mm256_add_ps(sum, e);
         }
-        let inv = _mm256_set1_ps(1.0 / reduce_add(sum));
-        for j in (0..n).step_by(8) {
-            let valid = (n - j).min(8);
-            let m = lanes(valid);
-            let v = _mm256_mul_ps(load_lanes(row.add(j), valid, m), inv);
-            store_lanes(row.add(j), valid, m, v);
-        }
+        reduce_add(sum)
     }
 }
 

@@ -33,7 +33,7 @@ pub(super) use entry::*;
 #[cfg(target_arch = "x86_64")]
 mod entry {
     use super::super::kernels::{self, Tile};
-    use super::super::{avx2, avx2_rows, NR};
+    use super::super::{avx2, NR};
     use super::Tiles;
 
     /// f32 products of one tile from a panel `NR` wide (see `kernels::tile_f32`).
@@ -71,26 +71,6 @@ mod entry {
                 (Tiles::Avx512, NR) => kernels::tile_f32(kc, xs, ldx, ws, t),
                 (Tiles::Avx512, _) => kernels::tile_f32_width(width, kc, xs, ldx, ws, t),
                 (Tiles::Avx2, _) => avx2::tile_f32_width(width, kc, xs, ldx, ws, t),
-            }
-        }
-    }
-
-    /// One softmax row in place (see `kernels::softmax_row`).
-    ///
-    /// # Safety
-    /// The CPU has the instructions of `tiles`; the rest as for `kernels::softmax_row`.
-    pub(in crate::ggml::gemm) unsafe fn softmax_row(
-        tiles: Tiles,
-        row: *mut f32,
-        mask: *const f32,
-        n: usize,
-        scale: f32,
-    ) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            match tiles {
-                Tiles::Avx512 => kernels::softmax_row(row, mask, n, scale),
-                Tiles::Avx2 => avx2_rows::softmax_row(row, mask, n, scale),
             }
         }
     }

@@ -51,10 +51,11 @@ fn run_attention(dims: [usize; 5], masked: bool, threads: usize) -> (Vec<f32>, V
     let q = pseudo_random(dim * n_q * batch, 11);
     let k = pseudo_random(dim * n_kv * batch, 12);
     let v = pseudo_random(dim * n_kv * batch, 13);
-    // Masks: row 0 entirely, and a scattering of other entries.
+    // Masks: row 0 entirely, row 1's first 600 keys (a whole first chunk of keys, then
+    // some), and a scattering of other entries.
     let mask: Vec<f32> = (0..n_q * n_kv)
         .map(|i| {
-            if i < n_kv || (i * 7919) % 5 == 0 {
+            if i < n_kv || (i / n_kv == 1 && i % n_kv < 600) || (i * 7919) % 5 == 0 {
                 f32::NEG_INFINITY
             } else {
                 0.0
@@ -121,6 +122,9 @@ fn blocked_attention_matches_f64() {
         ([80, 20, 70, 2, 2], true),
         ([48, 9, 33, 1, 2], false),
         ([200, 11, 40, 1, 2], false),
+        // Keys past one 512-key chunk: the online softmax's rescaling.
+        ([64, 20, 1100, 1, 2], true),
+        ([128, 13, 1030, 1, 1], false),
     ] {
         for threads in [1, 3] {
             let (got, want) = run_attention(dims, masked, threads);

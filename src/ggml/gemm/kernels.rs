@@ -245,59 +245,6 @@ pub(super) unsafe fn exp_nonpositive(x: __m512) -> __m512 {
     }
 }
 
-/// One softmax row in place: `row[j] = softmax(row · scale + mask)[j]` over `n` entries;
-/// a row whose every entry is masked (−inf) becomes zeros, as ggml's fused kernel gives.
-///
-/// # Safety
-/// AVX-512F must be present; `row` (and `mask`, unless null) hold `n` floats.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn softmax_row(row: *mut f32, mask: *const f32, n: usize, scale: f32) {
-    let lanes = |j: usize| -> __mmask16 {
-        let valid = (n - j).min(16);
-        if valid == 16 {
-            0xffff
-        } else {
-            (1u16 << valid) - 1
-        }
-    };
-    // SAFETY: every access is masked to the row's first `n` floats.
-    unsafe {
-        let s = _mm512_set1_ps(scale);
-        let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
-        for j in (0..n).step_by(16) {
-            let m = lanes(j);
-            let mut v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row.add(j)), s);
-            if !mask.is_null() {
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mask.add(j)));
-            }
-            _mm512_mask_storeu_ps(row.add(j), m, v);
-            max = _mm512_mask_max_ps(max, m, max, v);
-        }
-        let top = _mm512_reduce_max_ps(max);
-        if top == f32::NEG_INFINITY {
-            for j in (0..n).step_by(16) {
-                _mm512_mask_storeu_ps(row.add(j), lanes(j), _mm512_setzero_ps());
-            }
-            return;
-        }
-        let top = _mm512_set1_ps(top);
-        let mut sum = _mm512_setzero_ps();
-        for j in (0..n).step_by(16) {
-            let m = lanes(j);
-            let e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row.add(j)), top));
-            let e = _mm512_maskz_mov_ps(m, e);
-            _mm512_mask_storeu_ps(row.add(j), m, e);
-            sum = _mm512_add_ps(sum, e);
-        }
-        let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
-        for j in (0..n).step_by(16) {
-            let m = lanes(j);
-            let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row.add(j)), inv);
-            _mm512_mask_storeu_ps(row.add(j), m, v);
-        }
-    }
-}
-
 /// Transposes a 16 × 16 block of 32-bit words: row `i` is the 16 words at `src[i]`; column
 /// `c` (word `c` of every row, in row order) is stored at `dst + c * dst_stride`.
 ///

@@ -8,17 +8,11 @@ use crate::image_io::ImageIoError;
 #[derive(Debug, thiserror::Error)]
 pub enum VideoError {
     #[error(
-        "cannot write video '{}': unknown output kind; use .avi (Motion-JPEG), .webp \
-         (animated, lossless) or a %d pattern such as frames_%03d.png",
+        "cannot write video '{}': unknown output kind; use .avi (Motion-JPEG), .webm (VP8), \
+         .webp (animated, lossless) or a %d pattern such as frames_%03d.png",
         path.display()
     )]
     UnknownFormat { path: PathBuf },
-    #[error(
-        "cannot write '{}': WebM output is not supported in this build (it has no VP8/VP9 \
-         encoder); use .avi, .webp or a %d pattern such as frames_%03d.png",
-        path.display()
-    )]
-    WebmUnsupported { path: PathBuf },
     #[error("cannot write video '{}': there are no frames", path.display())]
     NoFrames { path: PathBuf },
     #[error("cannot write video '{}': the frame rate must be at least 1 fps", path.display())]

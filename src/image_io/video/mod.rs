@@ -8,14 +8,15 @@
 //! - A printf-style `%d` / `%0Nd` pattern (`frames_%03d.png`): one PNG, JPEG or WebP per
 //!   frame, numbered from `first` (`--output-begin-idx`, default 0). Checked before the
 //!   extension, as upstream does.
-//! - `.webm`: recognised but refused ([`VideoError::WebmUnsupported`]): upstream's VP8 frames
-//!   come from libwebp's C encoder, and no established pure-Rust VP8/VP9 encoder exists yet.
+//! - `.webm`: one VP8 track of key frames (quality 90, as upstream's libwebm + libwebp writer),
+//!   the text in a `COMMENT` tag. See `webm.rs`.
 //!
 //! Every file is written atomically (temporary file, fsync, rename), so a reader never sees a
 //! partial video. [`video_output_path`] gives upstream's name for other `-o` values
 //! (`out.png` → `out.avi`).
 
 mod avi;
+mod ebml;
 mod error;
 mod frames;
 mod jpeg;
@@ -23,6 +24,7 @@ mod riff;
 mod sequence;
 mod still;
 mod target;
+mod webm;
 mod webp_anim;
 mod xmp;
 
@@ -52,11 +54,7 @@ pub fn write_video(
     let encode = match format {
         VideoFormat::Avi => avi::encode,
         VideoFormat::WebP => webp_anim::encode,
-        VideoFormat::WebM => {
-            return Err(VideoError::WebmUnsupported {
-                path: path.to_path_buf(),
-            })
-        }
+        VideoFormat::WebM => webm::encode,
         VideoFormat::Sequence => {
             frames::check(path, frames, fps)?;
             return sequence::write(path, first, frames, metadata);

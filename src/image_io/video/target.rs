@@ -16,7 +16,7 @@ pub enum VideoFormat {
     Avi,
     /// `.webp`: animated WebP, lossless frames.
     WebP,
-    /// `.webm`: recognised, but not encodable in this build.
+    /// `.webm`: VP8 key frames in a WebM container.
     WebM,
     /// A `%d` / `%0Nd` pattern: one image per frame.
     Sequence,

@@ -71,6 +71,27 @@ fn condition_video(
     }
 }
 
+/// Encodes frames [W, H, F, 3] in [−1, 1] to the normalised posterior mean [w, h, T, z].
+pub(super) fn encode_normalised(
+    vae: &VaeStage,
+    stats: &LatentStats,
+    video: &HostTensor,
+) -> Result<HostTensor> {
+    let mut z = vae.encode_video(video)?;
+    let [w, h, t, c] = z.ne;
+    if c != stats.channels() {
+        return Err(Error::Unsupported(format!(
+            "the VAE encodes {c} latent channels, its statistics have {}",
+            stats.channels()
+        )));
+    }
+    for (ch, chunk) in z.data.chunks_mut(w * h * t).enumerate() {
+        let (m, s) = (stats.mean()[ch], stats.std()[ch]);
+        chunk.iter_mut().for_each(|v| *v = (*v - m) / s);
+    }
+    Ok(z)
+}
+
 /// Builds the concatenated condition: the mask then the normalised latent of the condition
 /// video, for `frames` output frames (1 + 4k).
 pub fn concat_condition(
@@ -83,19 +104,9 @@ pub fn concat_condition(
     frames: usize,
 ) -> Result<Vec<f32>> {
     let video = condition_video(vae, init, end, width, height, frames);
-    let mut z = vae.encode_video(&video)?;
-    let [w, h, t, c] = z.ne;
-    if c != stats.channels() {
-        return Err(Error::Unsupported(format!(
-            "the VAE encodes {c} latent channels, its statistics have {}",
-            stats.channels()
-        )));
-    }
+    let mut z = encode_normalised(vae, stats, &video)?;
+    let [w, h, t, _] = z.ne;
     let block = w * h * t;
-    for (ch, chunk) in z.data.chunks_mut(block).enumerate() {
-        let (m, s) = (stats.mean()[ch], stats.std()[ch]);
-        chunk.iter_mut().for_each(|v| *v = (*v - m) / s);
-    }
     let plane = w * h;
     let mut mask = vec![0f32; MASK_CHANNELS * block];
     for k in 0..MASK_CHANNELS {

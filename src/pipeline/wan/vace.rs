@@ -15,6 +15,7 @@
 //! The context is `[inactive; reactive; mask]` along the channels: 2·16 + 64 = 96 for the Wan
 //! 2.1 VAE, what `vace_patch_embedding` reads.
 
+use super::condition::encode_normalised;
 use crate::error::{Error, Result};
 use crate::image_io::{Channels, Image};
 use crate::models::vae::wan_vae::LatentStats;
@@ -85,27 +86,6 @@ fn control_video(
         ne: [width, height, frames, 3],
         data,
     }
-}
-
-/// Encodes frames [W, H, F, 3] in [−1, 1] to the normalised posterior mean [w, h, T, z].
-fn encode_normalised(
-    vae: &VaeStage,
-    stats: &LatentStats,
-    video: &HostTensor,
-) -> Result<HostTensor> {
-    let mut z = vae.encode_video(video)?;
-    let [w, h, t, c] = z.ne;
-    if c != stats.channels() {
-        return Err(Error::Unsupported(format!(
-            "the VAE encodes {c} latent channels, its statistics have {}",
-            stats.channels()
-        )));
-    }
-    for (ch, chunk) in z.data.chunks_mut(w * h * t).enumerate() {
-        let (m, s) = (stats.mean()[ch], stats.std()[ch]);
-        chunk.iter_mut().for_each(|v| *v = (*v - m) / s);
-    }
-    Ok(z)
 }
 
 /// Builds the control context for `frames` output frames (1 + 4k) of `width × height`;

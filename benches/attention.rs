@@ -1,0 +1,121 @@
+//! Exact f32 self-attention throughput on this CPU: the blocked kernel (`ggml::gemm`'s
+//! attention, what `nn::attention` runs on the CPU) and ggml's fused kernel with f32 K/V,
+//! beside torch's `scaled_dot_product_attention` in the same run.
+//!
+//! `cargo bench --bench attention [-- --tokens N --heads H --head-dim D --threads N --reps R]`;
+//! the default is one Wan 2.1 1.3B self-attention at 480×832 and 33 frames (14040 tokens,
+//! 12 heads of 128). GFLOP/s count 4 · N² · H · D (the two products).
+
+use std::process::Command;
+use std::time::Instant;
+
+use sd_cli::dtype::DType;
+use sd_cli::ggml::{Arena, Backend, Context, Gallocr, Graph};
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) - 0.5
+        })
+        .collect()
+}
+
+/// Best seconds of the attention through the blocked kernel (`blocked`) or ggml's fused one.
+fn bench_ours(
+    blocked: bool,
+    n: usize,
+    heads: usize,
+    hd: usize,
+    threads: usize,
+    reps: usize,
+) -> f64 {
+    let dim = heads * hd;
+    let backend = Backend::cpu(threads).expect("CPU backend");
+    let inputs = Arena::new(3).expect("arena");
+    let ids: Vec<_> = ["q", "k", "v"]
+        .iter()
+        .map(|name| inputs.add(DType::F32, [dim, n, 1, 1], name).expect("room"))
+        .collect();
+    inputs.allocate(&backend, "bench").expect("alloc");
+    for (i, id) in ids.iter().enumerate() {
+        inputs
+            .get(*id)
+            .write_f32(&values(dim * n, i as u32 + 1))
+            .expect("write");
+    }
+    let (q, k, v) = (inputs.get(ids[0]), inputs.get(ids[1]), inputs.get(ids[2]));
+    let ctx = Context::new(64, 64).expect("ctx");
+    let graph = Graph::new(&ctx, 64);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let y = if blocked {
+        let kernels = backend
+            .cpu_kernels()
+            .expect("a CPU with the blocked kernels");
+        kernels
+            .attention(&ctx, q, k, v, heads, None, scale)
+            .expect("the blocked kernel takes this shape")
+    } else {
+        // [d, H, n] -> [d, n, H], the fused kernel's layout.
+        let split = |t| ctx.permute(ctx.reshape(t, [hd, heads, n, 1]), [0, 2, 1, 3]);
+        let whole = |t| ctx.cont_reshape(split(t), [hd, n, heads, 1]);
+        let (qs, ks, vs) = (split(q), whole(k), whole(v));
+        ctx.flash_attn_ext(qs, ks, vs, None, scale)
+    };
+    graph.expand(y);
+    let mut galloc = Gallocr::new(&backend).expect("gallocr");
+    let _allocation = galloc.alloc(&graph).expect("alloc graph");
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        backend.compute(&graph).expect("compute");
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    best
+}
+
+fn bench_torch(n: usize, heads: usize, hd: usize, threads: usize, reps: usize) -> Option<f64> {
+    let script = format!(
+        "import torch,time\ntorch.set_num_threads({threads})\n\
+         q,k,v=(torch.randn(1,{heads},{n},{hd}) for _ in range(3))\nbest=1e9\n\
+         for _ in range({reps}):\n  t=time.perf_counter(); torch.nn.functional.scaled_dot_product_attention(q,k,v); best=min(best,time.perf_counter()-t)\n\
+         print(best)"
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+fn main() {
+    let n = arg("--tokens", 14040);
+    let heads = arg("--heads", 12);
+    let hd = arg("--head-dim", 128);
+    let threads = arg("--threads", 2);
+    let reps = arg("--reps", 2);
+    let flops = 4.0 * (n * n * heads * hd) as f64;
+    let rate = |s: f64| flops / s / 1e9;
+    println!("self-attention, {n} tokens, {heads} heads of {hd}, {threads} threads:");
+    let torch = bench_torch(n, heads, hd, threads, reps);
+    if let Some(t) = torch {
+        println!("  torch sdpa f32   {t:.2} s ({:.0} GFLOP/s)", rate(t));
+    }
+    for (name, blocked) in [("blocked kernel", true), ("ggml fused f32", false)] {
+        let s = bench_ours(blocked, n, heads, hd, threads, reps);
+        let vs = torch.map_or(String::new(), |t| format!(", {:.2}x torch", s / t));
+        println!("  {name:<16} {s:.2} s ({:.0} GFLOP/s{vs})", rate(s));
+    }
+}
