@@ -24,12 +24,20 @@ use sd_cli::weights::TensorStore;
 mod common;
 use common::{arg, field, peak_rss_mb};
 
+/// The latent of 480×832 frames.
 const W: usize = 104;
 const H: usize = 60;
 
 /// Seconds for the first latent frame alone and for the whole clip of `frames`, untiled or
 /// tiled.
 fn time_ours(dir: &Path, frames: usize, threads: usize, tiled: bool) -> (f64, f64) {
+    // `--latent WxH` decodes another size (a quicker look at how memory scales).
+    let (w, h) = arg("--latent")
+        .and_then(|s| {
+            let (a, b) = s.split_once('x')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .unwrap_or((W, H));
     let store = TensorStore::open(&dir.join("diffusion_pytorch_model.safetensors")).expect("vae");
     let src = StoreSource::new(&store, "");
     let opts = LoadOptions {
@@ -55,8 +63,8 @@ fn time_ours(dir: &Path, frames: usize, threads: usize, tiled: bool) -> (f64, f6
     let tiles = TileSettings::new(DEFAULT_TILE_PX, DEFAULT_TILE_PX, None, DEFAULT_OVERLAP);
     let tiling = tiled.then_some(&tiles);
     let clip = |t: usize| HostTensor {
-        ne: [W, H, t, 16],
-        data: (0..W * H * t * 16)
+        ne: [w, h, t, 16],
+        data: (0..w * h * t * 16)
             .map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0)
             .collect(),
     };

@@ -3,7 +3,7 @@
 //! block and the single-head mid attention.
 
 use crate::dtype::DType;
-use crate::ggml::Tensor;
+use crate::ggml::{ConvGeometry, Tensor};
 use crate::nn;
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
@@ -106,24 +106,55 @@ impl Conv {
 
     /// x: [W, H, I, N] → [W', H', O, N].
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
-        let (s, p) = (self.stride, self.padding);
-        let kernel = self.kernel(g);
-        // f16 kernels convolve f16 patches: this VAE's activations can leave the f16 range, so
-        // the conv runs on x / 128 and the result is scaled back (as stable-diffusion.cpp does).
-        let y = if kernel.ty() == DType::F16 {
-            let y = g.conv_2d(
-                kernel,
-                g.scale(x, F16_CONV_SCALE),
-                (s, s),
-                (p, p),
-                (1, 1),
-                false,
-            );
-            g.scale(y, 1.0 / F16_CONV_SCALE)
-        } else {
-            g.conv_2d(kernel, x, (s, s), (p, p), (1, 1), false)
-        };
+        let y = conv_plain(g, self.kernel(g), x, self.stride, self.padding);
         g.add(y, g.reshape(g.param(self.bias), [1, 1, self.out_ch, 1]))
+    }
+}
+
+/// x [W, H, I, N] convolved by `kernel` [K, K, I, O] (no bias). On the CPU with the blocked
+/// kernels, as the matrix [I·K·K, O] whose patches are built a chunk at a time inside the
+/// product (f16 kernels widened there, activations f32): a whole im2col of a video chunk at
+/// 480×832 (96 channels × 9 taps × 4 frames) would take 5.5 GB. Elsewhere ggml's im2col conv;
+/// there f16 kernels convolve f16 patches, and this VAE's activations can leave the f16 range,
+/// so the conv runs on x / 128 and the result is scaled back (as stable-diffusion.cpp does).
+pub(crate) fn conv_plain<'g>(
+    g: &'g GraphCtx<'g>,
+    kernel: Tensor<'g>,
+    x: Tensor<'g>,
+    stride: usize,
+    padding: usize,
+) -> Tensor<'g> {
+    let (s, p) = (stride, padding);
+    let [kw, kh, i, o] = kernel.ne();
+    let blocked = g.cpu_kernels().is_some()
+        && x.ty() == DType::F32
+        && crate::ggml::blocked_gemm_available(kernel.ty());
+    if blocked {
+        // [KW, KH, I, O] → [I, KW, KH, O]: each row of the matrix a tap's channels.
+        let matrix = g.reshape(
+            g.cont(g.permute(kernel, [1, 2, 0, 3])),
+            [i * kw * kh, o, 1, 1],
+        );
+        let geometry = ConvGeometry {
+            kernel: (kw, kh),
+            stride: (s, s),
+            pad: (p, p),
+            dilation: (1, 1),
+        };
+        return g.conv_2d_matrix(matrix, x, geometry, None);
+    }
+    if kernel.ty() == DType::F16 {
+        let y = g.conv_2d(
+            kernel,
+            g.scale(x, F16_CONV_SCALE),
+            (s, s),
+            (p, p),
+            (1, 1),
+            false,
+        );
+        g.scale(y, 1.0 / F16_CONV_SCALE)
+    } else {
+        g.conv_2d(kernel, x, (s, s), (p, p), (1, 1), false)
     }
 }
 

@@ -7,9 +7,8 @@
 //! zeros are skipped, so a lone first frame costs one 2D conv and gives exactly the image path's
 //! result.
 
-use crate::dtype::DType;
 use crate::ggml::Tensor;
-use crate::models::vae::qwen_image_2_1_vae::blocks::{Conv, F16_CONV_SCALE};
+use crate::models::vae::qwen_image_2_1_vae::blocks::{conv_plain, Conv};
 use crate::runner::GraphCtx;
 
 /// Temporal taps of the causal kernels (all 3 in the Wan 2.1 VAE).
@@ -36,19 +35,16 @@ fn tap<'g>(g: &'g GraphCtx<'g>, conv: &Conv, dt: usize) -> Tensor<'g> {
 }
 
 /// Adds `tap`'s 2D convs over `windows` (frames of the input each tap reads, with the count of
-/// leading output frames whose input is a causal zero), then the bias. f16 kernels convolve
-/// the input scaled by 1/128, as the image path does.
+/// leading output frames whose input is a causal zero), then the bias; each conv as the image
+/// path runs its own ([`conv_plain`]).
 fn sum_taps<'g>(
     g: &'g GraphCtx<'g>,
     conv: &Conv,
     windows: &[(usize, Tensor<'g>, usize)],
 ) -> Tensor<'g> {
-    let (s, p) = (conv.stride, conv.padding);
-    let f16 = g.param(conv.weight).ty() == DType::F16;
     let mut sum: Option<Tensor<'g>> = None;
     for &(dt, x, zeros) in windows {
-        let x = if f16 { g.scale(x, F16_CONV_SCALE) } else { x };
-        let mut y = g.conv_2d(tap(g, conv, dt), x, (s, s), (p, p), (1, 1), false);
+        let mut y = conv_plain(g, tap(g, conv, dt), x, conv.stride, conv.padding);
         if zeros > 0 {
             y = g.pad(y, [(0, 0), (0, 0), (0, 0), (zeros, 0)]);
         }
@@ -58,11 +54,6 @@ fn sum_taps<'g>(
         });
     }
     let y = sum.expect("a causal conv has at least its current-frame tap");
-    let y = if f16 {
-        g.scale(y, 1.0 / F16_CONV_SCALE)
-    } else {
-        y
-    };
     g.add(y, g.reshape(g.param(conv.bias), [1, 1, conv.out_ch, 1]))
 }
 
