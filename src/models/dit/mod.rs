@@ -2,6 +2,7 @@
 
 mod adaln;
 pub mod flux;
+pub mod minimax_h3;
 pub mod pixart;
 pub mod qwen_image;
 pub mod qwen_image_2_1;
