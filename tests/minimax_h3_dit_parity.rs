@@ -117,8 +117,9 @@ fn try_run(m: &MiniMaxH3, r: &Runner, c: &Case) -> Result<Vec<HostTensor>, Runne
         let inputs = MiniMaxH3Inputs {
             video: g.input_f32("video", c.video.ne, c.video.data.clone()),
             audio: g.input_f32("audio", c.audio.ne, c.audio.data.clone()),
-            text: g.input_f32("text", c.text.ne, c.text.data.clone()),
+            text: Some(g.input_f32("text", c.text.ne, c.text.data.clone())),
             layout: &c.layout,
+            text_cache: None,
         };
         match m.forward(g, &inputs) {
             Ok(o) => vec![o.video, o.audio],
@@ -224,6 +225,34 @@ fn pruned_curve_table_matches_on_its_grid() {
     let out = try_run(&m, &r, &c).unwrap();
     let err = max_abs_diff(&out[0], &c.video_out);
     assert!(err > 1e-6 && err < 0.5, "interpolated table error {err}");
+}
+
+#[test]
+fn cached_text_gives_the_same_outputs() {
+    let store = diffusers_store();
+    let (m, r) = load(&store, "", &hints());
+    let c = case("t2va");
+    let plain = try_run(&m, &r, &c).unwrap();
+    let cached = |r: &Runner| {
+        r.compute(|g| {
+            let inputs = MiniMaxH3Inputs {
+                video: g.input_f32("video", c.video.ne, c.video.data.clone()),
+                audio: g.input_f32("audio", c.audio.ne, c.audio.data.clone()),
+                text: Some(g.input_f32("text", c.text.ne, c.text.data.clone())),
+                layout: &c.layout,
+                text_cache: Some("minimax_h3.ctx.cond"),
+            };
+            let o = m.forward(g, &inputs).unwrap();
+            vec![o.video, o.audio]
+        })
+        .unwrap()
+    };
+    // First call stores, second reuses: both equal the uncached run.
+    assert_eq!(cached(&r), plain);
+    assert!(r.cache_info("minimax_h3.ctx.cond").is_some());
+    assert_eq!(cached(&r), plain);
+    r.clear_cache("minimax_h3.ctx.");
+    assert!(r.cache_info("minimax_h3.ctx.cond").is_none());
 }
 
 #[test]

@@ -415,8 +415,10 @@ fn run_batch(
             hires: hires.as_ref().map(|h| h.job(cfg, seed)),
             high_noise,
         })?;
+        let audio = generator.take_audio();
         if let Some(video) = cfg.video.filter(|_| image.ne[3] > 1) {
-            output::write_video(cfg, &info, i, seed, &image, video.fps, t0)?;
+            let fps = generator.fps(video.fps);
+            output::write_video(cfg, &info, i, seed, &image, fps, audio.as_ref(), t0)?;
             continue;
         }
         let image = match inputs.upscaler {

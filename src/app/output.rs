@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::RunConfig;
 use crate::error::{Error, Result};
+use crate::image_io::audio::Audio;
 use crate::image_io::video::{self, video_output_path, VideoFormat};
 use crate::image_io::{
     base_name, write_generation_image, Channels, GenerationParams, HiresUse, Image, LoraUse,
@@ -92,6 +93,7 @@ pub(super) fn write_video(
     seed: i64,
     frames: &HostTensor,
     fps: u32,
+    audio: Option<&Audio>,
     started: Instant,
 ) -> Result<()> {
     let [w, h, c, n] = frames.ne;
@@ -115,12 +117,19 @@ pub(super) fn write_video(
     create_parent(cfg, &path)?;
     let text = params(cfg, batch, index, seed).map(|p| p.to_a1111());
     let first = cfg.output.begin_idx;
-    video::write_video(&path, &images, fps, text.as_deref(), first)?;
+    let written = video::write_video_with_audio(&path, &images, fps, text.as_deref(), first, audio)?;
     log::info!(
         "saved {} ({n} frames, {:.1}s)",
         path.display(),
         started.elapsed().as_secs_f64()
     );
+    if let Some(a) = audio {
+        let secs = a.duration();
+        match written.iter().find(|p| p.extension().is_some_and(|e| e == "wav")) {
+            Some(wav) => log::info!("saved the soundtrack ({secs:.2}s) as {}", wav.display()),
+            None => log::info!("the soundtrack ({secs:.2}s) is in {}", path.display()),
+        }
+    }
     Ok(())
 }
 

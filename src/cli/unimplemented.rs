@@ -12,7 +12,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--vae-conv-direct",
     "--uncond-diffusion-model",
     "--embeddings-connectors",
-    "--audio-vae",
     "--control-net",
     "--control-image",
     "--control-strength",

@@ -31,6 +31,8 @@ pub enum ModelFlag {
     Vae,
     /// `--taesd`: the tiny autoencoder that replaces the VAE.
     Taesd,
+    /// `--audio-vae`: MiniMax-H3's audio autoencoder.
+    AudioVae,
 }
 
 impl ModelFlag {
@@ -48,6 +50,7 @@ impl ModelFlag {
             ModelFlag::LlmVision => "--llm_vision",
             ModelFlag::Vae => "--vae",
             ModelFlag::Taesd => "--taesd",
+            ModelFlag::AudioVae => "--audio-vae",
         }
     }
 }
@@ -68,6 +71,7 @@ pub struct ModelFiles {
     pub llm_vision: Option<PathBuf>,
     pub vae: Option<PathBuf>,
     pub taesd: Option<PathBuf>,
+    pub audio_vae: Option<PathBuf>,
     pub control_net: Option<PathBuf>,
     pub upscale_model: Option<PathBuf>,
     pub embd_dir: Option<PathBuf>,
@@ -89,6 +93,7 @@ impl ModelFiles {
             ModelFlag::LlmVision => self.llm_vision.as_deref(),
             ModelFlag::Vae => self.vae.as_deref(),
             ModelFlag::Taesd => self.taesd.as_deref(),
+            ModelFlag::AudioVae => self.audio_vae.as_deref(),
         }
     }
 }
@@ -112,6 +117,8 @@ pub enum ComponentId {
     Vae,
     /// The tiny autoencoder (`--taesd`), decoding instead of the VAE.
     Taesd,
+    /// MiniMax-H3's audio autoencoder (`--audio-vae`).
+    AudioVae,
 }
 
 impl ComponentId {
@@ -125,7 +132,8 @@ impl ComponentId {
             ComponentId::Llm | ComponentId::LlmVision => Component::Llm.prefix(),
             ComponentId::ClipL => Component::TextEncoder.prefix(),
             ComponentId::ClipG => Component::TextEncoder2.prefix(),
-            ComponentId::Vae => Component::Vae.prefix(),
+            // Each VAE has a store of its own: the audio one shares the VAE's canonical prefix.
+            ComponentId::Vae | ComponentId::AudioVae => Component::Vae.prefix(),
             ComponentId::ClipVision => "clip_vision.",
             // Upstream's prefix for `--taesd` files.
             ComponentId::Taesd => "tae.",
@@ -142,7 +150,7 @@ impl ComponentId {
             | ComponentId::ClipL
             | ComponentId::ClipG
             | ComponentId::ClipVision => Role::TextEncoder,
-            ComponentId::Vae | ComponentId::Taesd => Role::Vae,
+            ComponentId::Vae | ComponentId::Taesd | ComponentId::AudioVae => Role::Vae,
         }
     }
 }
@@ -373,7 +381,9 @@ fn pipeline_candidates(id: ComponentId) -> &'static [&'static str] {
         ComponentId::ClipG => &["text_encoder_2"],
         // SD3 keeps T5 third; PixArt has it as its only text encoder.
         ComponentId::T5 => &["text_encoder_3", "text_encoder"],
-        ComponentId::Vae => &["vae"],
+        // MiniMax-H3's pipeline names its VAEs `video_vae` and `audio_vae`.
+        ComponentId::Vae => &["vae", "video_vae"],
+        ComponentId::AudioVae => &["audio_vae"],
         // WanImageToVideoPipeline's CLIP vision tower.
         ComponentId::ClipVision => &["image_encoder"],
         ComponentId::Taesd => &[],

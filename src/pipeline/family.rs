@@ -299,4 +299,14 @@ pub trait Generator {
     fn generate(&mut self, job: ImageJob<'_>) -> Result<HostTensor>;
     /// Frees what the batch kept (caches).
     fn finish(&mut self) {}
+    /// The frame rate a video is written at for `--fps` `requested` (models made for one
+    /// rate override it).
+    fn fps(&self, requested: u32) -> u32 {
+        requested
+    }
+    /// The soundtrack of the video [`Generator::generate`] returned last, if the model made
+    /// one (taken: a second call gives `None`).
+    fn take_audio(&mut self) -> Option<crate::image_io::audio::Audio> {
+        None
+    }
 }

@@ -25,6 +25,7 @@ pub mod sd;
 pub mod sd3;
 pub mod text;
 pub mod vae;
+pub mod minimax_h3;
 pub mod wan;
 pub mod z_image;
 

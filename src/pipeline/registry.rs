@@ -10,6 +10,7 @@ use super::qwen_image::QwenImageFamily;
 use super::qwen_image_2_1::QwenImage21Family;
 use super::sd::{SD, SDXL};
 use super::sd3::Sd3Family;
+use super::minimax_h3::MiniMaxH3Family;
 use super::wan::WanFamily;
 use super::z_image::ZImageFamily;
 use crate::weights::TensorStore;
@@ -24,6 +25,7 @@ pub static FAMILIES: &[&dyn Family] = &[
     &ZImageFamily,
     &QwenImageFamily,
     &WanFamily,
+    &MiniMaxH3Family,
     &SD,
     &SDXL,
 ];

@@ -67,6 +67,7 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Models, C
         llm_vision: m.llm_vision.clone(),
         vae: m.vae.clone(),
         taesd: m.taesd.clone(),
+        audio_vae: m.audio_vae.clone(),
         control_net: m.control_net.clone(),
         upscale_model: m.upscale_model.clone(),
         embd_dir: m.embd_dir.clone(),

@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use super::riff::{Overflow, RiffWriter};
+use super::soundtrack::Pcm;
 use super::{jpeg, VideoError};
 use crate::image_io::Image;
 
@@ -18,13 +19,16 @@ const AVIF_FLAGS: u32 = 0x10 | 0x100;
 /// `AVIIF_KEYFRAME`: every MJPEG frame stands alone.
 const AVIIF_KEYFRAME: u32 = 0x10;
 
-/// The AVI file of `frames` (checked by `frames::check`) at `fps` frames per second.
+/// The AVI file of `frames` (checked by `frames::check`) at `fps` frames per second, with a
+/// PCM soundtrack when `audio` is given: a second stream (`auds`, 16-bit PCM) whose samples
+/// follow the frames in one `01wb` chunk, as upstream's writer lays it out.
 pub(super) fn encode(
     path: &Path,
     frames: &[Image],
     (width, height): (u32, u32),
     fps: u32,
     text: Option<&str>,
+    audio: Option<&Pcm>,
 ) -> Result<Vec<u8>, VideoError> {
     let jpegs = frames
         .iter()
@@ -38,12 +42,18 @@ pub(super) fn encode(
     let count = u32::try_from(frames.len()).map_err(|_| too_large(Overflow))?;
     let largest = jpegs.iter().map(Vec::len).max().unwrap_or(0);
     let largest = u32::try_from(largest).map_err(|_| too_large(Overflow))?;
+    if let Some(a) = audio {
+        if a.bytes.len() > u32::MAX as usize / 2 || a.rate == 0 || a.channels == 0 {
+            return Err(too_large(Overflow));
+        }
+    }
     let stream = StreamInfo {
         width,
         height,
         fps,
         count,
         buffer: largest.saturating_add(8),
+        audio,
     };
 
     let mut w = RiffWriter::new();
@@ -59,12 +69,17 @@ pub(super) fn encode(
     for jpeg in &jpegs {
         let offset = u32::try_from(w.pos() - movi_base).map_err(|_| too_large(Overflow))?;
         w.chunk(b"00dc", jpeg).map_err(too_large)?;
-        index.push((offset, jpeg.len() as u32));
+        index.push((*b"00dc", offset, jpeg.len() as u32));
+    }
+    if let Some(a) = audio.filter(|a| !a.bytes.is_empty()) {
+        let offset = u32::try_from(w.pos() - movi_base).map_err(|_| too_large(Overflow))?;
+        w.chunk(b"01wb", &a.bytes).map_err(too_large)?;
+        index.push((*b"01wb", offset, a.bytes.len() as u32));
     }
     w.close(movi).map_err(too_large)?;
     let mut idx1 = Vec::with_capacity(index.len() * 16);
-    for (offset, size) in index {
-        idx1.extend_from_slice(b"00dc");
+    for (id, offset, size) in index {
+        idx1.extend_from_slice(&id);
         idx1.extend_from_slice(&AVIIF_KEYFRAME.to_le_bytes());
         idx1.extend_from_slice(&offset.to_le_bytes());
         idx1.extend_from_slice(&size.to_le_bytes());
@@ -82,17 +97,18 @@ fn encode_err(path: &Path, message: String) -> VideoError {
 }
 
 /// What the header chunks say about the one video stream.
-struct StreamInfo {
+struct StreamInfo<'a> {
     width: u32,
     height: u32,
     fps: u32,
     count: u32,
     /// Largest chunk a reader must buffer.
     buffer: u32,
+    audio: Option<&'a Pcm>,
 }
 
 /// `hdrl`: the main header (`avih`) and the stream's `strl` (`strh` + `strf`).
-fn write_headers(w: &mut RiffWriter, s: &StreamInfo) -> Result<(), Overflow> {
+fn write_headers(w: &mut RiffWriter, s: &StreamInfo<'_>) -> Result<(), Overflow> {
     let hdrl = w.open(b"LIST", b"hdrl");
     let mut avih = Fields::default();
     avih.u32((1_000_000 + s.fps / 2) / s.fps); // dwMicroSecPerFrame, rounded
@@ -101,7 +117,7 @@ fn write_headers(w: &mut RiffWriter, s: &StreamInfo) -> Result<(), Overflow> {
     avih.u32(AVIF_FLAGS);
     avih.u32(s.count); // dwTotalFrames
     avih.u32(0); // dwInitialFrames
-    avih.u32(1); // dwStreams
+    avih.u32(if s.audio.is_some() { 2 } else { 1 }); // dwStreams
     avih.u32(s.buffer); // dwSuggestedBufferSize
     avih.u32(s.width);
     avih.u32(s.height);
@@ -146,7 +162,43 @@ fn write_headers(w: &mut RiffWriter, s: &StreamInfo) -> Result<(), Overflow> {
     strf.zeros(16); // pixels per metre x/y, colours used/important
     w.chunk(b"strf", &strf.0)?;
     w.close(strl)?;
+    if let Some(a) = s.audio {
+        write_audio_stream(w, a)?;
+    }
     w.close(hdrl)
+}
+
+/// The soundtrack's `strl`: a PCM `auds` stream header and its WAVEFORMATEX.
+fn write_audio_stream(w: &mut RiffWriter, a: &Pcm) -> Result<(), Overflow> {
+    let align = u32::from(a.block_align());
+    let bytes_per_sec = a.rate.checked_mul(align).ok_or(Overflow)?;
+    let strl = w.open(b"LIST", b"strl");
+    let mut strh = Fields::default();
+    strh.fourcc(b"auds");
+    strh.u32(0); // fccHandler: none for PCM
+    strh.u32(0); // dwFlags
+    strh.u16(0); // wPriority
+    strh.u16(0); // wLanguage
+    strh.u32(0); // dwInitialFrames
+    strh.u32(align); // dwScale: one block ...
+    strh.u32(bytes_per_sec); // dwRate: ... of rate × align bytes per second
+    strh.u32(0); // dwStart
+    strh.u32(a.len as u32); // dwLength, in blocks
+    strh.u32(a.bytes.len() as u32); // dwSuggestedBufferSize: the one chunk
+    strh.u32(u32::MAX); // dwQuality
+    strh.u32(align); // dwSampleSize
+    strh.zeros(8); // rcFrame
+    w.chunk(b"strh", &strh.0)?;
+    let mut strf = Fields::default(); // WAVEFORMATEX
+    strf.u16(1); // WAVE_FORMAT_PCM
+    strf.u16(a.channels);
+    strf.u32(a.rate);
+    strf.u32(bytes_per_sec);
+    strf.u16(a.block_align());
+    strf.u16(16); // wBitsPerSample
+    strf.u16(0); // cbSize
+    w.chunk(b"strf", &strf.0)?;
+    w.close(strl)
 }
 
 /// `LIST INFO`: the parameters text in `ICMT` (comment), this program in `ISFT`.
@@ -194,7 +246,7 @@ mod tests {
     #[test]
     fn header_sizes_match_the_spec() {
         let frame = Image::new(3, 2, Channels::Rgb, vec![7; 18]).unwrap();
-        let avi = encode(Path::new("t.avi"), &[frame], (3, 2), 24, None).unwrap();
+        let avi = encode(Path::new("t.avi"), &[frame], (3, 2), 24, None, None).unwrap();
         assert_eq!(&avi[..4], b"RIFF");
         assert_eq!(&avi[8..12], b"AVI ");
         assert_eq!(avi.len() % 2, 0);

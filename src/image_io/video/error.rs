@@ -44,4 +44,7 @@ pub enum VideoError {
     /// Writing the file (or one image of a sequence) failed; the inner error names the file.
     #[error(transparent)]
     Image(#[from] ImageIoError),
+    /// Writing the soundtrack's `.wav` failed; the inner error names the file.
+    #[error(transparent)]
+    Audio(#[from] crate::image_io::audio::AudioIoError),
 }

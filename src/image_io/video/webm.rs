@@ -2,7 +2,9 @@
 //! whose frames are all key frames, each frame a lossy VP8 image at quality 90 (upstream's
 //! `encode_sd_image_to_vp8_frame` through `WebPEncodeRGB`; here `webp-rust`'s pure-Rust VP8
 //! encoder), `DefaultDuration` = round(10⁹ / fps) ns, with cues. The parameters text goes in a
-//! `Tags` `COMMENT` (upstream's WebM carries none).
+//! `Tags` `COMMENT` (upstream's WebM carries none). A soundtrack is a second track of 16-bit
+//! little-endian PCM (`A_PCM/INT/LIT`, upstream's choice when built without Opus), one block
+//! beside each video frame holding that frame's span of samples.
 //!
 //! Layout: EBML header, then one Segment of known size holding `SeekHead`, `Info`, `Tracks`,
 //! `Tags`, the clusters (a new one every [`CLUSTER_MS`] so block timestamps stay within i16)
@@ -11,6 +13,7 @@
 use std::path::Path;
 
 use super::ebml::{element, float, master, string, uint, uint8};
+use super::soundtrack::Pcm;
 use super::VideoError;
 use crate::image_io::Image;
 
@@ -44,6 +47,10 @@ const DEFAULT_DURATION: u32 = 0x23_E383;
 const VIDEO: u32 = 0xE0;
 const PIXEL_WIDTH: u32 = 0xB0;
 const PIXEL_HEIGHT: u32 = 0xBA;
+const AUDIO: u32 = 0xE1;
+const SAMPLING_FREQUENCY: u32 = 0xB5;
+const CHANNELS: u32 = 0x9F;
+const BIT_DEPTH: u32 = 0x6264;
 const TAGS: u32 = 0x1254_C367;
 const TAG: u32 = 0x7373;
 const TARGETS: u32 = 0x63C0;
@@ -144,13 +151,15 @@ fn seek_head(entries: &[(u32, u64)]) -> Vec<u8> {
     out
 }
 
-/// The `.webm` of `frames` (checked by `frames::check`) at `fps`.
+/// The `.webm` of `frames` (checked by `frames::check`) at `fps`, with `audio` as a PCM
+/// track.
 pub(super) fn encode(
     path: &Path,
     frames: &[Image],
     (width, height): (u32, u32),
     fps: u32,
     text: Option<&str>,
+    audio: Option<&Pcm>,
 ) -> Result<Vec<u8>, VideoError> {
     if width > VP8_MAX_SIDE || height > VP8_MAX_SIDE {
         return Err(VideoError::TooLarge {
@@ -187,7 +196,27 @@ pub(super) fn encode(
                 uint(v, PIXEL_HEIGHT, u64::from(height));
             });
         });
+        if let Some(a) = audio {
+            master(b, TRACK_ENTRY, |t| {
+                uint(t, TRACK_NUMBER, 2);
+                uint(t, TRACK_UID, 2);
+                uint(t, TRACK_TYPE, 2);
+                uint(t, FLAG_LACING, 0);
+                string(t, CODEC_ID, "A_PCM/INT/LIT");
+                master(t, AUDIO, |v| {
+                    float(v, SAMPLING_FREQUENCY, f64::from(a.rate));
+                    uint(v, CHANNELS, u64::from(a.channels));
+                    uint(v, BIT_DEPTH, 16);
+                });
+            });
+        }
     });
+    // Frame i's samples; the last frame takes whatever the clip has left.
+    let samples_at = |i: usize| match audio {
+        Some(a) if fps > 0 => ((i as u64 * u64::from(a.rate) + u64::from(fps) / 2)
+            / u64::from(fps)) as usize,
+        _ => 0,
+    };
     let mut tags = Vec::new();
     if let Some(text) = text {
         master(&mut tags, TAGS, |b| {
@@ -226,6 +255,22 @@ pub(super) fn encode(
             block.push(0x80); // key frame
             block.extend_from_slice(vp8);
             element(&mut body, SIMPLE_BLOCK, &block);
+            if let Some(a) = audio {
+                let end = if i + 1 == frames.len() {
+                    a.len
+                } else {
+                    samples_at(i + 1)
+                };
+                let pcm = a.span(samples_at(i), end);
+                if !pcm.is_empty() {
+                    let mut block = Vec::with_capacity(pcm.len() + 4);
+                    block.push(0x82); // track 2
+                    block.extend_from_slice(&((at_ms(i) - t0) as i16).to_be_bytes());
+                    block.push(0x80);
+                    block.extend_from_slice(pcm);
+                    element(&mut body, SIMPLE_BLOCK, &block);
+                }
+            }
         }
         element(&mut clusters, CLUSTER, &body);
         start = end;

@@ -40,9 +40,13 @@ pub struct MiniMaxH3Inputs<'g, 'a> {
     pub video: Tensor<'g>,
     /// Audio rows [audio_channels, layout.audio_rows].
     pub audio: Tensor<'g>,
-    /// Text-encoder states [text_dim, layout.text_rows].
-    pub text: Tensor<'g>,
+    /// Text-encoder states [text_dim, layout.text_rows] (`None` for an empty prompt).
+    pub text: Option<Tensor<'g>>,
     pub layout: &'a PackedLayout,
+    /// Keeps the refined text (after `condition_proj` and the token refiner) in the runner's
+    /// named cache under this name, and reuses it when it is there (upstream's
+    /// `minimax_h3_context_cache`): the text does not depend on the timestep.
+    pub text_cache: Option<&'a str>,
 }
 
 /// Predictions for the generated rows.
@@ -182,7 +186,7 @@ impl MiniMaxH3 {
         let l = inputs.layout;
         let [vf, vn, vb, _] = inputs.video.ne();
         let [af, an, ab, _] = inputs.audio.ne();
-        let [tf, tn, tb, _] = inputs.text.ne();
+        let [tf, tn, tb, _] = inputs.text.map_or([c.text_dim, 0, 1, 1], |t| t.ne());
         if vf != c.video_features()
             || af != c.audio_channels
             || tf != c.text_dim
@@ -196,7 +200,7 @@ impl MiniMaxH3 {
                  {} video / {} audio / {} text rows",
                 inputs.video.ne(),
                 inputs.audio.ne(),
-                inputs.text.ne(),
+                inputs.text.map(|t| t.ne()),
                 l.video_rows,
                 l.audio_rows,
                 l.text_rows
@@ -204,7 +208,14 @@ impl MiniMaxH3 {
         }
         let video = self.video_in.forward(g, inputs.video);
         let audio = (l.audio_rows > 0).then(|| self.audio_in.forward(g, inputs.audio));
-        let text = (l.text_rows > 0).then(|| self.refine_text(g, inputs.text));
+        let text = match (inputs.text, inputs.text_cache) {
+            (None, _) => None,
+            (Some(t), None) => Some(self.refine_text(g, t)),
+            (Some(t), Some(key)) => Some(match g.cache_get(key) {
+                Some(cached) if cached.ne() == [c.hidden, tn, 1, 1] => cached,
+                _ => g.cache_store(key, self.refine_text(g, t)),
+            }),
+        };
 
         // The packed sequence, run by run.
         let mut x: Option<Tensor<'g>> = None;

@@ -132,7 +132,8 @@ pub struct Qwen3TextModel {
     config: Qwen3Config,
     embed: Param,
     layers: Vec<Layer>,
-    final_norm: RmsNorm,
+    /// Absent in exports truncated before it (MiniMax-H3's 50-layer Qwen3-VL).
+    final_norm: Option<RmsNorm>,
     /// transformers' `mrope_section` (t, h, w frequency counts) for multimodal positions.
     mrope_section: [usize; 3],
 }
@@ -141,6 +142,23 @@ impl Qwen3TextModel {
     /// Declares the weights under plain Qwen3 names relative to `wb` (`embed_tokens.weight`,
     /// `layers.{i}...`, `norm.weight`).
     pub fn new(wb: &WeightBuilder<'_, '_>, config: Qwen3Config) -> Result<Self, RunnerError> {
+        Self::build(wb, config, true)
+    }
+
+    /// [`Self::new`] for a truncated export: `norm.weight` is taken when the file has it.
+    /// Its outputs are only ever read before the final norm.
+    pub fn new_truncated(
+        wb: &WeightBuilder<'_, '_>,
+        config: Qwen3Config,
+    ) -> Result<Self, RunnerError> {
+        Self::build(wb, config, wb.contains("norm.weight"))
+    }
+
+    fn build(
+        wb: &WeightBuilder<'_, '_>,
+        config: Qwen3Config,
+        with_final_norm: bool,
+    ) -> Result<Self, RunnerError> {
         let c = &config;
         if c.layers == 0 {
             return Err(RunnerError::MissingTensor {
@@ -154,7 +172,11 @@ impl Qwen3TextModel {
         let layers = (0..c.layers)
             .map(|i| Layer::new(&wb.pp("layers").pp(i), c))
             .collect::<Result<Vec<_>, _>>()?;
-        let final_norm = RmsNorm::new(&wb.pp("norm"), c.hidden, c.eps)?;
+        let final_norm = if with_final_norm {
+            Some(RmsNorm::new(&wb.pp("norm"), c.hidden, c.eps)?)
+        } else {
+            None
+        };
         Ok(Self {
             config,
             embed,
@@ -292,10 +314,9 @@ impl Qwen3TextModel {
             }
             x = g.cut(&format!("qwen3.layers.{i}"), "x", x);
         }
-        if final_norm {
-            self.final_norm.forward(g, x)
-        } else {
-            x
+        match (final_norm, &self.final_norm) {
+            (true, Some(norm)) => norm.forward(g, x),
+            _ => x,
         }
     }
 }

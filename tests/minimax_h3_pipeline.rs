@@ -1,0 +1,225 @@
+//! A whole MiniMax-H3 text-to-audio-video run through the `sd-cli` binary against diffusers'
+//! components on sd-cli's schedule (tests/reference/minimax_h3_pipeline_fixtures.py): 22
+//! frames of 48x32 (7 latent frames), 37 audio latents, 4 Euler steps, CFG 3 with a negative
+//! prompt, seed 42 with `--rng cpu`. The VAEs are the parity fixtures of
+//! tests/minimax_h3_vae_parity.rs and tests/minimax_h3_audio_vae_parity.rs.
+//! Tolerances: frames ≥ 55 dB PSNR over all frames (8-bit); the soundtrack (16-bit PCM, in
+//! the `.wav` beside an image sequence and inside the AVI) ≥ 50 dB SNR against the
+//! reference waveform.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+use sd_cli::image_io::audio::read_wav;
+use sd_cli::image_io::read_png;
+
+const PROMPT: &str = "a cat surfs a wave, with surf rock";
+const NEGATIVE: &str = "blurry";
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn dir() -> PathBuf {
+    fixture_path("minimax_h3_pipeline")
+}
+
+fn run(out: &Path, extra: &[&str]) -> Output {
+    let d = dir();
+    Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "vid_gen"])
+        .args([
+            "--diffusion-model",
+            s(&d.join("transformer/diffusion_pytorch_model.safetensors")),
+        ])
+        .args(["--llm", s(&d.join("text_encoder/model.safetensors"))])
+        .args([
+            "--vae",
+            s(&fixture_path("minimax_h3_vae/vae/diffusion_pytorch_model.safetensors")),
+        ])
+        .args(["-p", PROMPT, "-n", NEGATIVE, "--cfg-scale", "3", "--steps", "4"])
+        .args(["-W", "48", "-H", "32", "-s", "42", "--rng", "cpu", "-t", "2"])
+        .args(extra)
+        .args(["-o", s(out)])
+        .output()
+        .unwrap()
+}
+
+fn with_audio<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "--audio-vae",
+        // Leaked once per test: a 'static path for the argument list.
+        Box::leak(
+            fixture_path("minimax_h3_audio_vae/b/diffusion_pytorch_model.safetensors")
+                .to_str()
+                .unwrap()
+                .to_string()
+                .into_boxed_str(),
+        ),
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// The reference frames as 8-bit RGB, all frames in order.
+fn reference_frames() -> (usize, Vec<u8>) {
+    let r = open_fixture("minimax_h3_pipeline/reference.safetensors");
+    let v = tensor(&r, "video");
+    let [w, h, c, f] = v.ne;
+    let mut all = Vec::new();
+    for i in 0..f {
+        let one = sd_cli::tensor::HostTensor {
+            ne: [w, h, c, 1],
+            data: v.data[i * w * h * c..(i + 1) * w * h * c].to_vec(),
+        };
+        all.extend(image_bytes(&one));
+    }
+    (f, all)
+}
+
+/// The reference waveform per channel.
+fn reference_audio() -> Vec<Vec<f32>> {
+    let r = open_fixture("minimax_h3_pipeline/reference.safetensors");
+    let a = tensor(&r, "audio");
+    let n = a.ne[0];
+    a.data.chunks(n).map(<[f32]>::to_vec).collect()
+}
+
+/// SNR (dB) of `got` against `want`, all channels.
+fn snr(got: &[Vec<f32>], want: &[Vec<f32>]) -> f64 {
+    assert_eq!(got.len(), want.len(), "channels");
+    let (mut sig, mut err) = (0f64, 0f64);
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.len(), w.len(), "samples per channel");
+        for (a, b) in g.iter().zip(w) {
+            sig += f64::from(*b).powi(2);
+            err += f64::from(a - b).powi(2);
+        }
+    }
+    10.0 * (sig / err.max(1e-30)).log10()
+}
+
+#[test]
+fn frames_and_soundtrack_match_the_reference_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 20 frames are rounded up to 22 (17k + 5), and --fps 16 becomes 24.
+    let o = run(
+        &tmp.path().join("f_%02d.png"),
+        &with_audio(&["--video-frames", "20", "--fps", "16"]),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("20 requested, 22 generated"), "{err}");
+    let (n, want) = reference_frames();
+    assert_eq!(n, 22);
+    let mut got = Vec::new();
+    for i in 0..n {
+        let img = read_png(&tmp.path().join(format!("f_{i:02}.png"))).unwrap();
+        assert_eq!((img.width, img.height), (48, 32));
+        got.extend_from_slice(&img.data);
+    }
+    let p = psnr(&got, &want);
+    eprintln!("MiniMax-H3 22 frames vs the reference: PSNR {p:.1} dB");
+    assert!(p >= device::psnr_floor(55.0), "video: PSNR {p:.1} dB");
+
+    // The soundtrack of an image sequence goes beside it.
+    let wav = read_wav(&tmp.path().join("f.wav")).unwrap();
+    let want = reference_audio();
+    assert_eq!(wav.channels.len(), 2);
+    let q = snr(&wav.channels, &want);
+    eprintln!("MiniMax-H3 soundtrack vs the reference: SNR {q:.1} dB");
+    assert!(q >= 50.0, "audio: SNR {q:.1} dB");
+}
+
+/// Reads a little-endian u32 at `at`.
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+#[test]
+fn avi_and_webm_carry_the_soundtrack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("clip.avi");
+    let o = run(&path, &with_audio(&["--video-frames", "22"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let avi = std::fs::read(&path).unwrap();
+    // Two streams; the audio one 16-bit stereo PCM at the audio VAE's rate.
+    let avih = avi.windows(4).position(|w| w == b"avih").unwrap();
+    assert_eq!(u32_at(&avi, avih + 8 + 24), 2, "dwStreams");
+    let auds = avi.windows(4).position(|w| w == b"auds").unwrap();
+    let strf = auds + avi[auds..].windows(4).position(|w| w == b"strf").unwrap();
+    let fmt = &avi[strf + 8..strf + 8 + 16];
+    assert_eq!(u16::from_le_bytes([fmt[0], fmt[1]]), 1, "PCM");
+    assert_eq!(u16::from_le_bytes([fmt[2], fmt[3]]), 2, "stereo");
+    assert_eq!(u16::from_le_bytes([fmt[14], fmt[15]]), 16, "bits");
+    // The 01wb chunk holds every sample, interleaved.
+    let at = avi.windows(4).rposition(|w| w == b"01wb").unwrap();
+    let idx1 = avi.windows(4).rposition(|w| w == b"idx1").unwrap();
+    assert!(at < idx1, "the audio chunk is in movi, before the index");
+    let len = u32_at(&avi, at + 4) as usize;
+    let pcm = &avi[at + 8..at + 8 + len];
+    let want = reference_audio();
+    assert_eq!(len, want[0].len() * 4);
+    let mut got = vec![Vec::new(), Vec::new()];
+    for (i, s) in pcm.chunks_exact(2).enumerate() {
+        got[i % 2].push(f32::from(i16::from_le_bytes([s[0], s[1]])) / 32767.0);
+    }
+    let q = snr(&got, &want);
+    eprintln!("MiniMax-H3 AVI soundtrack: SNR {q:.1} dB");
+    assert!(q >= 50.0, "AVI audio: SNR {q:.1} dB");
+    // 24 fps whatever --fps says: dwMicroSecPerFrame 41667.
+    assert_eq!(u32_at(&avi, avih + 8), 41_667);
+
+    let path = tmp.path().join("clip.webm");
+    let o = run(&path, &with_audio(&["--video-frames", "22"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let webm = std::fs::read(&path).unwrap();
+    assert!(webm.windows(13).any(|w| w == b"A_PCM/INT/LIT"));
+    assert!(webm.windows(5).any(|w| w == b"V_VP8"));
+}
+
+#[test]
+fn without_the_audio_vae_the_video_is_silent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("silent_%d.png");
+    let o = run(&path, &["--video-frames", "22"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(tmp.path().join("silent_0.png").exists());
+    assert!(!tmp.path().join("silent.wav").exists());
+    // The joint model ran all the same: the frames equal the run with audio decoding.
+    let (_, want) = reference_frames();
+    let mut got = Vec::new();
+    for i in 0..22 {
+        got.extend(read_png(&tmp.path().join(format!("silent_{i}.png"))).unwrap().data);
+    }
+    assert!(psnr(&got, &want) >= device::psnr_floor(55.0));
+    // The context cache changes nothing: the same frames without it.
+    let path = tmp.path().join("nocache_%d.png");
+    let o = run(
+        &path,
+        &["--video-frames", "22", "--model-args", "minimax_h3_context_cache=false"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for i in 0..22 {
+        let a = read_png(&tmp.path().join(format!("silent_{i}.png"))).unwrap();
+        let b = read_png(&tmp.path().join(format!("nocache_{i}.png"))).unwrap();
+        assert_eq!(a.data, b.data, "frame {i}");
+    }
+}
+
+#[test]
+fn keyframes_are_refused_until_implemented() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("k.png");
+    let pixels = vec![90; 48 * 32 * 3];
+    let image =
+        sd_cli::image_io::Image::new(48, 32, sd_cli::image_io::Channels::Rgb, pixels).unwrap();
+    sd_cli::image_io::write_png_atomic(&img, &image, &[]).unwrap();
+    let o = run(&tmp.path().join("x.avi"), &["--init-img", s(&img)]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--init-img"), "{err}");
+}
