@@ -10,7 +10,7 @@ use crate::models::vae::autoencoder_kl::{AutoencoderKl, AutoencoderKlConfig};
 use crate::models::vae::qwen_image_2_1_vae::LatentStats;
 use crate::models::vae::taesd::Taesd;
 use crate::models::vae::tiling::{
-    decode_with_retry, plan_tiles, tiled_decode, tiled_encode, TileSettings,
+    decode_with_retry, plan_tiles, tiled_decode, tiled_encode, tiled_video_decode, TileSettings,
 };
 use crate::models::vae::Vae;
 use crate::progress::Progress;
@@ -166,8 +166,6 @@ impl VaeStage {
         z: &HostTensor,
         tiling: Option<&TileSettings>,
     ) -> Result<HostTensor> {
-        let [w, h, t, c] = z.ne;
-        let scale = self.scale_factor();
         let whole = |z: &HostTensor| -> Result<HostTensor> {
             match self.vae.decode_video(&self.runner, z) {
                 Some(r) => Ok(r?),
@@ -176,49 +174,11 @@ impl VaeStage {
                 )),
             }
         };
-        decode_with_retry(
-            w * scale,
-            h * scale,
-            scale,
+        tiled_video_decode(
+            z,
+            self.scale_factor(),
             tiling,
-            |grid| match grid {
-                Some(grid) if !grid.is_single() => {
-                    log::debug!(
-                        "VAE video decode: {} tiles of {}x{} image pixels",
-                        grid.len(),
-                        grid.tile_w_px(),
-                        grid.tile_h_px()
-                    );
-                    // Frames × channels stand in for the channels of an image tile: the
-                    // blend works plane by plane.
-                    let planes = |ne: [usize; 4], data| HostTensor {
-                        ne: [ne[0], ne[1], ne[2] * ne[3], 1],
-                        data,
-                    };
-                    let mut frames_out = (0, 0);
-                    let mut bar = Progress::new("video tiles", grid.len());
-                    let out = tiled_decode(
-                        &planes(z.ne, z.data.clone()),
-                        scale,
-                        grid,
-                        |tile| -> Result<HostTensor> {
-                            let clip = HostTensor {
-                                ne: [tile.ne[0], tile.ne[1], t, c],
-                                data: tile.data.clone(),
-                            };
-                            let v = whole(&clip)?;
-                            frames_out = (v.ne[2], v.ne[3]);
-                            Ok(planes(v.ne, v.data))
-                        },
-                        |i, _| bar.set(i),
-                    )?;
-                    Ok(HostTensor {
-                        ne: [out.ne[0], out.ne[1], frames_out.0, frames_out.1],
-                        data: out.data,
-                    })
-                }
-                _ => whole(z),
-            },
+            whole,
             |e: &Error| matches!(e, Error::Runner(r) if r.is_alloc_failure()),
         )
     }

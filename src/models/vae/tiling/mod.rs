@@ -19,6 +19,7 @@
 mod blend;
 mod grid;
 mod retry;
+mod video;
 
 pub use blend::{tiled_decode, tiled_encode};
 pub use grid::{
@@ -26,6 +27,7 @@ pub use grid::{
     DEFAULT_OVERLAP, DEFAULT_TILE_PX, MAX_OVERLAP, MIN_TILE_LATENT,
 };
 pub use retry::{decode_with_retry, next_retry_tiles, retry_warning};
+pub use video::tiled_video_decode;
 
 /// Errors from planning tiles or from shapes that don't fit the plan.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

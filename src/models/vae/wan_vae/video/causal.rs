@@ -18,7 +18,12 @@ pub(crate) const DEPTH: usize = 3;
 const HISTORY: usize = DEPTH - 1;
 
 /// Frames `start .. start + len` of x [W, H, C, T] (a view).
-fn frames<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>, start: usize, len: usize) -> Tensor<'g> {
+pub(crate) fn frames<'g>(
+    g: &'g GraphCtx<'g>,
+    x: Tensor<'g>,
+    start: usize,
+    len: usize,
+) -> Tensor<'g> {
     let [w, h, c, _] = x.ne();
     let nb = x.nb();
     g.view(x, [w, h, c, len], [nb[1], nb[2], nb[3]], start * nb[3])
@@ -26,7 +31,7 @@ fn frames<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>, start: usize, len: usize) -> T
 
 /// Temporal tap `dt` of a folded kernel [K, K, DEPTH, I·O] as a 2D kernel [K, K, I, O] (the
 /// image path's kernel is the last tap, built the same way).
-fn tap<'g>(g: &'g GraphCtx<'g>, conv: &Conv, dt: usize) -> Tensor<'g> {
+pub(crate) fn tap<'g>(g: &'g GraphCtx<'g>, conv: &Conv, dt: usize) -> Tensor<'g> {
     let w = g.param(conv.weight);
     let (k, i, o) = (conv.kernel, conv.in_ch, conv.out_ch);
     let nb = w.nb();
@@ -37,7 +42,7 @@ fn tap<'g>(g: &'g GraphCtx<'g>, conv: &Conv, dt: usize) -> Tensor<'g> {
 /// Adds `tap`'s 2D convs over `windows` (frames of the input each tap reads, with the count of
 /// leading output frames whose input is a causal zero), then the bias; each conv as the image
 /// path runs its own ([`conv_plain`]).
-fn sum_taps<'g>(
+pub(crate) fn sum_taps<'g>(
     g: &'g GraphCtx<'g>,
     conv: &Conv,
     windows: &[(usize, Tensor<'g>, usize)],
