@@ -101,6 +101,8 @@ impl Context {
         tanh => ggml_tanh;
         sigmoid => ggml_sigmoid;
         exp => ggml_exp;
+        /// Element-wise sine.
+        sin => ggml_sin;
         sqr => ggml_sqr;
         sqrt => ggml_sqrt;
         neg => ggml_neg;
@@ -490,6 +492,28 @@ impl Context {
                 p[3].0,
                 p[3].1,
             )
+        })
+    }
+
+    /// Repeats `a` (tiled) to the shape `ne`; each of `ne` must be a multiple of `a`'s.
+    pub fn repeat_4d<'c>(&'c self, a: Tensor<'c>, ne: Ne) -> Tensor<'c> {
+        let n = ne.map(|d| d as i64);
+        // SAFETY: live tensor; ggml checks that the shape tiles `a`.
+        self.wrap(unsafe { sys::ggml_repeat_4d(self.raw(), a.raw(), n[0], n[1], n[2], n[3]) })
+    }
+
+    /// 1-D transposed convolution without padding (PyTorch `conv_transpose1d(padding=0)`).
+    /// kernel: [K, OC, IC] (PyTorch's [IC, OC, K]), x: the matrix [T, IC] →
+    /// [(T − 1)·stride + K, OC]. The CPU kernel takes f32 kernels only.
+    pub fn conv_transpose_1d<'c>(
+        &'c self,
+        kernel: Tensor<'c>,
+        x: Tensor<'c>,
+        stride: usize,
+    ) -> Tensor<'c> {
+        // SAFETY: live tensors; ggml asserts x is a matrix whose width matches the kernel.
+        self.wrap(unsafe {
+            sys::ggml_conv_transpose_1d(self.raw(), kernel.raw(), x.raw(), stride as i32, 0, 1)
         })
     }
 

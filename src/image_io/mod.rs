@@ -12,7 +12,10 @@
 //! - [`resize_pil`]: Pillow-exact resizing (reference images of edit models).
 //! - [`read_text_metadata`] / [`format_metadata`]: the metadata of `-M metadata` (PNG text
 //!   chunks, JPEG EXIF UserComment and COM, WebP EXIF and XMP).
+//! - [`audio`]: WAV reading (PCM and float, any channel count) and 16-bit PCM writing, and
+//!   the conversion of reference audio to the audio VAE's stereo rate.
 
+pub mod audio;
 mod decode;
 mod encode;
 mod exif;

@@ -8,6 +8,7 @@
 mod activation;
 mod attention;
 mod conv;
+mod conv1d;
 mod embed;
 mod linear;
 mod norm;
@@ -16,6 +17,7 @@ mod rope;
 pub use activation::{geglu, gelu_tanh, quick_gelu};
 pub use attention::{attention, AttentionMask};
 pub use conv::Conv2d;
+pub use conv1d::{Conv1d, ConvTranspose1d};
 pub use embed::{sincos_2d_pos_embed, timestep_embedding, TimestepEmbedding};
 pub use linear::Linear;
 pub use norm::{GroupNorm, LayerNorm, RmsNorm};

@@ -2,6 +2,7 @@
 //! encodes through (with tiling and the out-of-memory retry, `pipeline::vae`).
 
 pub mod autoencoder_kl;
+pub mod minimax_h3_audio_vae;
 pub mod minimax_h3_vae;
 pub mod qwen_image_2_1_vae;
 pub mod taesd;
