@@ -29,8 +29,6 @@ use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predict
 use crate::tensor::HostTensor;
 use crate::tokenizers::BpeTokenizer;
 
-/// Sizes are rounded up to a multiple of this (VAE 16 × patch 2).
-const SIZE_MULTIPLE: usize = 32;
 
 pub struct MiniMaxH3Pipeline {
     tokenizer: BpeTokenizer,
@@ -285,6 +283,13 @@ impl MiniMaxH3Pipeline {
         Ok(p.join(&video_v.data, &point.carrier_velocity(&x_a, &v_a)))
     }
 
+    /// Sizes are rounded up to a multiple of this: the VAE's factor × the patch (32 for the
+    /// released model).
+    fn size_multiple(&self) -> usize {
+        let [_, ph, pw] = self.dit.model.config().patch;
+        self.vae.model.scale_factor() * ph.max(pw)
+    }
+
     fn packing(&self, width: usize, height: usize, frames: usize) -> Packing {
         let c = self.dit.model.config();
         let f = self.vae.model.scale_factor();
@@ -347,7 +352,10 @@ impl MiniMaxH3Pipeline {
                 }
             }
         }
-        let z = HostTensor::new([n, c, 2, 1], z)?;
+        let z = HostTensor {
+            ne: [n, c, 2, 1],
+            data: z,
+        };
         let channels = vae.model.decode_latent(&vae.runner, &z)?;
         log::debug!("minimax_h3: audio decode {:.2}s", t.elapsed().as_secs_f64());
         Ok(Some(Audio {
@@ -388,7 +396,7 @@ impl GuidedModel for H3Model<'_> {
 impl Generator for MiniMaxH3Pipeline {
     fn size_rule(&self) -> SizeRule {
         SizeRule {
-            multiple: SIZE_MULTIPLE as u32,
+            multiple: self.size_multiple() as u32,
             round_up: true,
             refs_set_size: false,
         }
@@ -422,7 +430,7 @@ impl Generator for MiniMaxH3Pipeline {
         if frames != requested {
             log::warn!("MiniMax-H3 makes 17k + 5 frames: {requested} requested, {frames} generated");
         }
-        crate::pipeline::check_size(batch.width, batch.height, SIZE_MULTIPLE)?;
+        crate::pipeline::check_size(batch.width, batch.height, self.size_multiple())?;
         self.batch = Some(Prepared {
             width: batch.width,
             height: batch.height,
@@ -486,7 +494,10 @@ impl Generator for MiniMaxH3Pipeline {
         let ratio = CarrierPoint::new(1.0, self.shift).ratio;
         let audio: Vec<f32> = carrier.iter().map(|c| c / ratio).collect();
         self.audio = self.decode_audio(&p, &audio)?;
-        let z = HostTensor::new([p.width, p.height, p.frames, p.channels], video.to_vec())?;
+        let z = HostTensor {
+            ne: [p.width, p.height, p.frames, p.channels],
+            data: video.to_vec(),
+        };
         self.decode_video(&z, job.tiling)
     }
 
