@@ -12,8 +12,9 @@ mod common;
 use common::*;
 use sd_cli::dtype::DType;
 use sd_cli::models::vae::minimax_h3_vae::{
-    decode_video_tiled, LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig, MiniMaxH3VaeLayout,
-    LATENTS_MEAN, PIXEL_MEAN, PIXEL_STD,
+    decode_video_tiled, denormalize_video_latent, encode_video_tiled, normalize_video_latent,
+    LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig, MiniMaxH3VaeLayout, LATENTS_MEAN, PIXEL_MEAN,
+    PIXEL_STD,
 };
 use sd_cli::models::vae::tiling::TileSettings;
 use sd_cli::models::vae::Vae;
@@ -397,6 +398,66 @@ fn tiled_decode_follows_the_tiles() {
             }
         }
     }
+}
+
+/// Tiled encode: a frame-sized tile is the untiled encode; with two 16-pixel tiles the latent
+/// pixels only one tile covers are that tile's own encode exactly, and the blend stays close
+/// to the untiled mean (mean |diff| ≤ 0.25: the random CNN sees different borders).
+#[test]
+fn tiled_encode_follows_the_tiles() {
+    let (vae, runner) = load(MiniMaxH3VaeLayout::Diffusers, RunOptions::default());
+    let x = unit(&io("encode1.x")); // 24x16 pixels, 1 frame, in [−1, 1]
+    let full = vae.encode_video(&runner, &x).unwrap();
+    assert_eq!(
+        encode_video_tiled(&vae, &runner, &x, None).unwrap().data,
+        full.data
+    );
+    let tiles = TileSettings::new(16, 16, None, 0.25);
+    let tiled = encode_video_tiled(&vae, &runner, &x, Some(&tiles)).unwrap();
+    assert_eq!(tiled.ne, full.ne);
+    let mean = full
+        .data
+        .iter()
+        .zip(&tiled.data)
+        .map(|(a, b)| (a - b).abs())
+        .sum::<f32>()
+        / full.data.len() as f32;
+    eprintln!("tiled vs untiled encode: mean abs diff {mean:.3e}");
+    assert!(mean > 0.0 && mean < 0.25, "{mean}");
+    let left = vae
+        .encode_video(&runner, &crop_clip(&x, 0, 0, 16, 16))
+        .unwrap();
+    for c in 0..24 {
+        for y in 0..4 {
+            for xx in 0..2 {
+                assert_eq!(
+                    at(&left, xx, y, 0, c),
+                    at(&tiled, xx, y, 0, c),
+                    "({xx},{y},{c})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn video_latent_normalisation_is_per_channel() {
+    let stats = LatentStats::from_diffusers_config(&config_json())
+        .unwrap()
+        .unwrap();
+    let z = io("encode.mean"); // [6, 4, 7, 24]
+    let mut n = z.clone();
+    normalize_video_latent(&stats, &mut n).unwrap();
+    let plane = 6 * 4 * 7;
+    for (i, (&v, &got)) in z.data.iter().zip(&n.data).enumerate() {
+        let c = i / plane;
+        let want = (v - stats.mean()[c]) / stats.std()[c];
+        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "{i}");
+    }
+    denormalize_video_latent(&stats, &mut n).unwrap();
+    assert!(max_abs_diff(&n, &z) < 1e-5);
+    let mut wrong = HostTensor::zeros([6, 4, 7, 23]);
+    assert!(normalize_video_latent(&stats, &mut wrong).is_err());
 }
 
 #[test]

@@ -12,10 +12,16 @@
 //!
 //! Video geometry (see `video`): encoding runs 17-frame clips and drops 3 latent frames
 //! (`17n + 5` frames ↔ `5n + 2` latent frames); decoding runs chunks of 5 + 2 latent frames
-//! whose overlaps cross-fade. Decoding is always spatially tiled ([`decode_video_tiled`],
-//! `tiling`). Both checkpoint layouts load ([`MiniMaxH3VaeLayout`]); the configuration comes
-//! from the weight shapes and, for what they cannot tell, `config.json`
-//! ([`MiniMaxH3VaeConfig::detect`]).
+//! whose overlaps cross-fade. Both directions are always spatially tiled as upstream runs them
+//! ([`decode_video_tiled`], [`encode_video_tiled`], [`tile_settings`]). Both checkpoint layouts
+//! load ([`MiniMaxH3VaeLayout`]); the configuration comes from the weight shapes and, for what
+//! they cannot tell, `config.json` ([`MiniMaxH3VaeConfig::detect`]).
+//!
+//! A pipeline decodes with `denormalize_video_latent` then [`decode_video_tiled`], and encodes
+//! a condition (`--init-img`, `--end-img`) with [`encode_video_tiled`] then
+//! [`normalize_video_latent`]. The condition latent is the posterior mean, as
+//! stable-diffusion.cpp takes it; diffusers' pipeline instead samples the posterior under seed
+//! 42 and rounds it to f16 before normalising (`encode_vae_condition`).
 
 mod config;
 mod decoder;
@@ -27,7 +33,7 @@ mod video;
 pub use super::qwen_image_2_1_vae::LatentStats;
 pub use config::{MiniMaxH3VaeConfig, LATENTS_MEAN, LATENTS_STD, PIXEL_MEAN, PIXEL_STD};
 pub use layout::MiniMaxH3VaeLayout;
-pub use tiling::{decode_video_tiled, tile_settings, DEFAULT_OVERLAP};
+pub use tiling::{decode_video_tiled, encode_video_tiled, tile_settings, DEFAULT_OVERLAP};
 
 use crate::ggml::Tensor;
 use crate::models::vae::wan_vae::video::shape::{check_frames, check_latent};
@@ -66,6 +72,34 @@ fn map_channels(v: &mut HostTensor, f: impl Fn(f32, usize) -> f32) {
             *x = f(*x, c);
         }
     }
+}
+
+/// Video latent [w, h, T, C] (ggml order) of the VAE → the transformer's, in place:
+/// `(z − latents_mean) / latents_std` per channel (diffusers `encode_vae_condition`).
+pub fn normalize_video_latent(stats: &LatentStats, z: &mut HostTensor) -> Result<(), RunnerError> {
+    per_channel(z, |v| stats.normalize(v))
+}
+
+/// The transformer's video latent [w, h, T, C] → the VAE's, in place:
+/// `x · latents_std + latents_mean` per channel (diffusers `MiniMaxH3VideoDecodeStep`).
+pub fn denormalize_video_latent(
+    stats: &LatentStats,
+    x: &mut HostTensor,
+) -> Result<(), RunnerError> {
+    per_channel(x, |v| stats.denormalize(v))
+}
+
+/// Runs an image-layout ([w, h, C, N]) statistics map over a video latent [w, h, T, C], seen
+/// as one image whose pixels are the voxels of a channel.
+fn per_channel(
+    z: &mut HostTensor,
+    f: impl FnOnce(&mut HostTensor) -> Result<(), RunnerError>,
+) -> Result<(), RunnerError> {
+    let ne = z.ne;
+    z.ne = [ne[0] * ne[1] * ne[2], 1, ne[3], 1];
+    let result = f(z);
+    z.ne = ne;
+    result
 }
 
 /// A MiniMax-H3 video VAE with its encoder and/or decoder.

@@ -7,7 +7,10 @@
 //! (`models::vae::tiling`).
 
 use crate::error::{Error, Result};
-use crate::models::vae::tiling::{tiled_video_decode, TileSettings, DEFAULT_TILE_PX};
+use crate::models::vae::tiling::{
+    plan_tiles, tiled_encode, tiled_video_decode, TileSettings, DEFAULT_TILE_PX,
+};
+use crate::progress::Progress;
 use crate::runner::Runner;
 use crate::tensor::HostTensor;
 
@@ -53,6 +56,57 @@ pub fn decode_video_tiled(
         |clip: &HostTensor| -> Result<HostTensor> { Ok(vae.decode_video(runner, clip)?) },
         |e: &Error| matches!(e, Error::Runner(r) if r.is_alloc_failure()),
     )
+}
+
+/// Encodes frames x [W, H, F, 3] in [−1, 1] (W, H multiples of 16) to the raw posterior mean
+/// [W/16, H/16, T, latent], spatially tiled per [`tile_settings`]`(user)` as upstream encodes
+/// (each tile over the whole video, blended as image tiles are; no retry, as for every
+/// encode). Normalise the result with [`normalize_video_latent`](super::normalize_video_latent).
+pub fn encode_video_tiled(
+    vae: &MiniMaxH3Vae,
+    runner: &Runner,
+    x: &HostTensor,
+    user: Option<&TileSettings>,
+) -> Result<HostTensor> {
+    let [w, h, frames, c] = x.ne;
+    vae.check_encode_size(w, h)?;
+    let scale = vae.scale_factor();
+    let grid = plan_tiles(w, h, scale, &tile_settings(user))?;
+    if grid.is_single() {
+        return Ok(vae.encode_video(runner, x)?);
+    }
+    log::debug!(
+        "VAE video encode: {} tiles of {}x{} image pixels",
+        grid.len(),
+        grid.tile_w_px(),
+        grid.tile_h_px()
+    );
+    // Frames × channels stand in for an image's channels: the blend works plane by plane.
+    let planes = |ne: [usize; 4], data| HostTensor {
+        ne: [ne[0], ne[1], ne[2] * ne[3], 1],
+        data,
+    };
+    let mut latent_ne = (0, 0);
+    let mut bar = Progress::new("video tiles", grid.len());
+    let out = tiled_encode(
+        &planes(x.ne, x.data.clone()),
+        scale,
+        &grid,
+        |tile| -> Result<HostTensor> {
+            let clip = HostTensor {
+                ne: [tile.ne[0], tile.ne[1], frames, c],
+                data: tile.data.clone(),
+            };
+            let mean = vae.encode_video(runner, &clip)?;
+            latent_ne = (mean.ne[2], mean.ne[3]);
+            Ok(planes(mean.ne, mean.data))
+        },
+        |i, _| bar.set(i),
+    )?;
+    Ok(HostTensor {
+        ne: [out.ne[0], out.ne[1], latent_ne.0, latent_ne.1],
+        data: out.data,
+    })
 }
 
 #[cfg(test)]
