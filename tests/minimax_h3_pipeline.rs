@@ -38,10 +38,23 @@ fn run(out: &Path, extra: &[&str]) -> Output {
         .args(["--llm", s(&d.join("text_encoder/model.safetensors"))])
         .args([
             "--vae",
-            s(&fixture_path("minimax_h3_vae/vae/diffusion_pytorch_model.safetensors")),
+            s(&fixture_path(
+                "minimax_h3_vae/vae/diffusion_pytorch_model.safetensors",
+            )),
         ])
-        .args(["-p", PROMPT, "-n", NEGATIVE, "--cfg-scale", "3", "--steps", "4"])
-        .args(["-W", "48", "-H", "32", "-s", "42", "--rng", "cpu", "-t", "2"])
+        .args([
+            "-p",
+            PROMPT,
+            "-n",
+            NEGATIVE,
+            "--cfg-scale",
+            "3",
+            "--steps",
+            "4",
+        ])
+        .args([
+            "-W", "48", "-H", "32", "-s", "42", "--rng", "cpu", "-t", "2",
+        ])
         .args(extra)
         .args(["-o", s(out)])
         .output()
@@ -162,7 +175,11 @@ fn avi_and_webm_carry_the_soundtrack() {
     while &avi[at..at + 4] == b"00dc" {
         at += 8 + (u32_at(&avi, at + 4) as usize).next_multiple_of(2);
     }
-    assert_eq!(&avi[at..at + 4], b"01wb", "the audio chunk follows the frames");
+    assert_eq!(
+        &avi[at..at + 4],
+        b"01wb",
+        "the audio chunk follows the frames"
+    );
     let len = u32_at(&avi, at + 4) as usize;
     let pcm = &avi[at + 8..at + 8 + len];
     let want = reference_audio();
@@ -197,14 +214,23 @@ fn without_the_audio_vae_the_video_is_silent() {
     let (_, want) = reference_frames();
     let mut got = Vec::new();
     for i in 0..22 {
-        got.extend(read_png(&tmp.path().join(format!("silent_{i}.png"))).unwrap().data);
+        got.extend(
+            read_png(&tmp.path().join(format!("silent_{i}.png")))
+                .unwrap()
+                .data,
+        );
     }
     assert!(psnr(&got, &want) >= device::psnr_floor(55.0));
     // The context cache changes nothing: the same frames without it.
     let path = tmp.path().join("nocache_%d.png");
     let o = run(
         &path,
-        &["--video-frames", "22", "--model-args", "minimax_h3_context_cache=false"],
+        &[
+            "--video-frames",
+            "22",
+            "--model-args",
+            "minimax_h3_context_cache=false",
+        ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for i in 0..22 {

@@ -10,8 +10,10 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use image::AnimationDecoder;
+use sd_cli::image_io::audio::{read_wav, Audio};
 use sd_cli::image_io::video::{
-    is_video_path, video_output_path, write_video, VideoError, VideoFormat,
+    is_video_path, soundtrack_path, video_output_path, write_video, write_video_with_audio,
+    VideoError, VideoFormat,
 };
 use sd_cli::image_io::{read_text_metadata, Channels, Image};
 
@@ -603,6 +605,108 @@ fn webm_is_vp8_key_frames_with_cues_and_comment() {
     check_webm(dir.path(), "b.WEBM", 47, 31, 2, 12, None);
 }
 
+/// A stereo test tone: `n` samples at `rate`, left and right distinct.
+fn tone(n: usize, rate: u32) -> Audio {
+    let ch = |f: f32| {
+        (0..n)
+            .map(|i| 0.5 * (f * i as f32 / rate as f32 * std::f32::consts::TAU).sin())
+            .collect::<Vec<f32>>()
+    };
+    Audio {
+        sample_rate: rate,
+        channels: vec![ch(440.0), ch(660.0)],
+    }
+}
+
+/// 16-bit interleaved samples as upstream converts them.
+fn pcm16(a: &Audio) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..a.len() {
+        for c in &a.channels {
+            let v = (c[i].clamp(-1.0, 1.0) * 32767.0).round_ties_even() as i16;
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+#[test]
+fn webm_soundtrack_is_a_pcm_track_beside_the_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("av.webm");
+    // 7 frames at 24 fps = 0.2917 s; 9000 samples at 32 kHz = 0.28125 s (shorter, as MiniMax-H3's).
+    let audio = tone(9000, 32_000);
+    write_video_with_audio(&path, &frames(7, 32, 16), 24, None, 0, Some(&audio)).unwrap();
+    let b = std::fs::read(&path).unwrap();
+    let top = children(&b, 0, b.len());
+    let seg = &top[1];
+    let parts = children(&b, seg.start, seg.end);
+    let tracks = parts.iter().find(|e| e.id == 0x1654_AE6B).unwrap();
+    let entries = children(&b, tracks.start, tracks.end);
+    assert_eq!(entries.len(), 2);
+    let a = &entries[1];
+    assert_eq!(be_uint(&b, &child(&b, a, 0xD7)), 2, "track number");
+    assert_eq!(be_uint(&b, &child(&b, a, 0x83)), 2, "audio track");
+    let codec = child(&b, a, 0x86);
+    assert_eq!(&b[codec.start..codec.end], b"A_PCM/INT/LIT");
+    let au = child(&b, a, 0xE1);
+    assert_eq!(be_uint(&b, &child(&b, &au, 0x9F)), 2, "channels");
+    assert_eq!(be_uint(&b, &child(&b, &au, 0x6264)), 16, "bit depth");
+    let rate = child(&b, &au, 0xB5);
+    let rate = match rate.end - rate.start {
+        4 => f64::from(f32::from_be_bytes(b[rate.start..rate.end].try_into().unwrap())),
+        _ => f64::from_be_bytes(b[rate.start..rate.end].try_into().unwrap()),
+    };
+    assert_eq!(rate, 32_000.0);
+    // Track-2 blocks hold every sample in order, each after its frame's block.
+    let mut pcm = Vec::new();
+    let mut last_track = 0;
+    let mut video_blocks = 0;
+    for cluster in parts.iter().filter(|e| e.id == 0x1F43_B675) {
+        for block in children(&b, cluster.start, cluster.end) {
+            if block.id != 0xA3 {
+                continue;
+            }
+            let track = b[block.start] & 0x7f;
+            if track == 2 {
+                assert_eq!(last_track, 1, "audio follows its frame");
+                pcm.extend_from_slice(&b[block.start + 4..block.end]);
+            } else {
+                video_blocks += 1;
+            }
+            last_track = track;
+        }
+    }
+    assert_eq!(video_blocks, 7);
+    assert_eq!(pcm, pcm16(&audio));
+}
+
+#[test]
+fn webp_and_sequences_get_the_soundtrack_beside() {
+    let dir = tempfile::tempdir().unwrap();
+    let audio = tone(3000, 32_000);
+    let src = frames(3, 16, 16);
+    let webp = dir.path().join("clip.webp");
+    let written = write_video_with_audio(&webp, &src, 24, None, 0, Some(&audio)).unwrap();
+    assert_eq!(written, vec![webp.clone(), dir.path().join("clip.wav")]);
+    let back = read_wav(&dir.path().join("clip.wav")).unwrap();
+    assert_eq!(back.sample_rate, 32_000);
+    for (g, w) in back.channels.iter().zip(&audio.channels) {
+        for (a, b) in g.iter().zip(w) {
+            assert!((a - b).abs() <= 1.0 / 32767.0, "{a} vs {b}");
+        }
+    }
+    let seq = dir.path().join("f_%03d.png");
+    let written = write_video_with_audio(&seq, &src, 24, None, 0, Some(&audio)).unwrap();
+    assert_eq!(written.len(), 4);
+    assert_eq!(written[3], dir.path().join("f.wav"));
+    assert_eq!(soundtrack_path(Path::new("out/%d.png")), Path::new("out/audio.wav"));
+    assert_eq!(soundtrack_path(Path::new("a/clip-%02d-x.jpg")), Path::new("a/clip--x.wav"));
+    // Without a soundtrack nothing is written beside.
+    let written = write_video_with_audio(&webp, &src, 24, None, 0, None).unwrap();
+    assert_eq!(written, vec![webp]);
+}
+
 /// Writes sample files for a manual check with an outside decoder (ffprobe, PyAV):
 /// `SD_VIDEO_SAMPLES=/tmp/v cargo test --release --test video_io -- --ignored`.
 #[test]
@@ -617,6 +721,9 @@ fn write_samples_for_external_check() {
         for ext in ["avi", "webm", "webp"] {
             let path = dir.join(format!("sample_{w}x{h}.{ext}"));
             write_video(&path, &src, 16, Some(TEXT), 0).unwrap();
+            let path = dir.join(format!("sample_{w}x{h}_audio.{ext}"));
+            let audio = tone(10_000, 32_000);
+            write_video_with_audio(&path, &src, 16, Some(TEXT), 0, Some(&audio)).unwrap();
         }
         for (i, f) in src.iter().enumerate() {
             std::fs::write(dir.join(format!("src_{w}x{h}_{i}.rgb")), &f.data).unwrap();

@@ -418,7 +418,12 @@ fn run_batch(
         let audio = generator.take_audio();
         if let Some(video) = cfg.video.filter(|_| image.ne[3] > 1) {
             let fps = generator.fps(video.fps);
-            output::write_video(cfg, &info, i, seed, &image, fps, audio.as_ref(), t0)?;
+            let out = output::VideoOut {
+                frames: &image,
+                fps,
+                audio: audio.as_ref(),
+            };
+            output::write_video(cfg, &info, i, seed, out, t0)?;
             continue;
         }
         let image = match inputs.upscaler {

@@ -83,19 +83,25 @@ pub(super) fn write(
     Ok(())
 }
 
-/// Writes video `index` (frames [W, H, C, F] in [0, 1]) as upstream does: a `%d` pattern
-/// gives one image per frame numbered from `--output-begin-idx`; `.avi`, `.webm` and `.webp`
-/// are single files; any other extension becomes `.avi`.
+/// One generated video: its frames [W, H, C, F] in [0, 1], rate and soundtrack.
+pub(super) struct VideoOut<'a> {
+    pub frames: &'a HostTensor,
+    pub fps: u32,
+    pub audio: Option<&'a Audio>,
+}
+
+/// Writes video `index` as upstream does: a `%d` pattern gives one image per frame numbered
+/// from `--output-begin-idx`; `.avi`, `.webm` and `.webp` are single files; any other
+/// extension becomes `.avi`. The soundtrack goes into AVI and WebM files, beside the others.
 pub(super) fn write_video(
     cfg: &RunConfig,
     batch: &BatchInfo<'_>,
     index: u32,
     seed: i64,
-    frames: &HostTensor,
-    fps: u32,
-    audio: Option<&Audio>,
+    video: VideoOut<'_>,
     started: Instant,
 ) -> Result<()> {
+    let VideoOut { frames, fps, audio } = video;
     let [w, h, c, n] = frames.ne;
     let images = (0..n)
         .map(|f| {
@@ -117,7 +123,8 @@ pub(super) fn write_video(
     create_parent(cfg, &path)?;
     let text = params(cfg, batch, index, seed).map(|p| p.to_a1111());
     let first = cfg.output.begin_idx;
-    let written = video::write_video_with_audio(&path, &images, fps, text.as_deref(), first, audio)?;
+    let written =
+        video::write_video_with_audio(&path, &images, fps, text.as_deref(), first, audio)?;
     log::info!(
         "saved {} ({n} frames, {:.1}s)",
         path.display(),
@@ -125,7 +132,10 @@ pub(super) fn write_video(
     );
     if let Some(a) = audio {
         let secs = a.duration();
-        match written.iter().find(|p| p.extension().is_some_and(|e| e == "wav")) {
+        match written
+            .iter()
+            .find(|p| p.extension().is_some_and(|e| e == "wav"))
+        {
             Some(wav) => log::info!("saved the soundtrack ({secs:.2}s) as {}", wav.display()),
             None => log::info!("the soundtrack ({secs:.2}s) is in {}", path.display()),
         }

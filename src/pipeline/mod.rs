@@ -11,6 +11,7 @@ pub mod hires;
 pub mod lora;
 pub mod mask;
 mod memo;
+pub mod minimax_h3;
 pub mod model_args;
 pub mod passes;
 pub mod pixart;
@@ -25,7 +26,6 @@ pub mod sd;
 pub mod sd3;
 pub mod text;
 pub mod vae;
-pub mod minimax_h3;
 pub mod wan;
 pub mod z_image;
 

@@ -4,13 +4,13 @@
 use super::components::ComponentStore;
 use super::family::Family;
 use super::flux::{ChromaFamily, FluxFamily};
+use super::minimax_h3::MiniMaxH3Family;
 use super::model_args::{ModelArg, ModelArgSpec};
 use super::pixart::PixArtFamily;
 use super::qwen_image::QwenImageFamily;
 use super::qwen_image_2_1::QwenImage21Family;
 use super::sd::{SD, SDXL};
 use super::sd3::Sd3Family;
-use super::minimax_h3::MiniMaxH3Family;
 use super::wan::WanFamily;
 use super::z_image::ZImageFamily;
 use crate::weights::TensorStore;

@@ -70,8 +70,14 @@ pub fn write_video_with_audio(
     let size = frames::check(path, frames, fps)?;
     let pcm = audio.filter(|a| !a.is_empty()).map(Pcm::of);
     let (bytes, beside) = match format {
-        VideoFormat::Avi => (avi::encode(path, frames, size, fps, metadata, pcm.as_ref())?, false),
-        VideoFormat::WebM => (webm::encode(path, frames, size, fps, metadata, pcm.as_ref())?, false),
+        VideoFormat::Avi => (
+            avi::encode(path, frames, size, fps, metadata, pcm.as_ref())?,
+            false,
+        ),
+        VideoFormat::WebM => (
+            webm::encode(path, frames, size, fps, metadata, pcm.as_ref())?,
+            false,
+        ),
         VideoFormat::WebP => (webp_anim::encode(path, frames, size, fps, metadata)?, true),
         VideoFormat::Sequence => {
             let mut written = sequence::write(path, first, frames, metadata)?;

@@ -213,8 +213,9 @@ pub(super) fn encode(
     });
     // Frame i's samples; the last frame takes whatever the clip has left.
     let samples_at = |i: usize| match audio {
-        Some(a) if fps > 0 => ((i as u64 * u64::from(a.rate) + u64::from(fps) / 2)
-            / u64::from(fps)) as usize,
+        Some(a) if fps > 0 => {
+            ((i as u64 * u64::from(a.rate) + u64::from(fps) / 2) / u64::from(fps)) as usize
+        }
         _ => 0,
     };
     let mut tags = Vec::new();

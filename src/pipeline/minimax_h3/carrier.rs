@@ -53,7 +53,11 @@ impl Packing {
 
     /// The sampler's latent shape (W, H, T · packed channels).
     pub fn shape(&self) -> (usize, usize, usize) {
-        (self.width, self.height, self.frames * self.packed_channels())
+        (
+            self.width,
+            self.height,
+            self.frames * self.packed_channels(),
+        )
     }
 
     pub fn len(&self) -> usize {
@@ -171,7 +175,10 @@ mod tests {
                 let q = CarrierPoint::new(s_next, shift);
                 ((1.0 - q.sigma_a) * x0 + q.sigma_a * n) * q.sigma_v / q.sigma_a
             };
-            assert!((c_next - want).abs() < 1e-5, "{s}->{s_next}: {c_next} vs {want}");
+            assert!(
+                (c_next - want).abs() < 1e-5,
+                "{s}->{s_next}: {c_next} vs {want}"
+            );
         }
     }
 

@@ -33,7 +33,8 @@ pub const FLOW_SHIFT: f32 = 12.0;
 /// The text encoder layer whose output conditions the transformer (hidden_states[50]).
 pub const TEXT_LAYER: usize = 50;
 
-pub(crate) const DIFFUSION: ComponentSpec = ComponentSpec::diffusion("a MiniMax-H3 diffusion model");
+pub(crate) const DIFFUSION: ComponentSpec =
+    ComponentSpec::diffusion("a MiniMax-H3 diffusion model");
 pub(crate) const LLM: ComponentSpec = ComponentSpec {
     id: ComponentId::Llm,
     what: "the MiniMax-H3 Qwen3-VL text encoder (qwen3vl_32b_minimax_h3)",

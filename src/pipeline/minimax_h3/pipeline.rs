@@ -29,7 +29,6 @@ use crate::sampling::{GuidedModel, ModelCall, ModelSchedule, Prediction, Predict
 use crate::tensor::HostTensor;
 use crate::tokenizers::BpeTokenizer;
 
-
 pub struct MiniMaxH3Pipeline {
     tokenizer: BpeTokenizer,
     te: Loaded<Qwen3TextModel>,
@@ -166,31 +165,38 @@ impl MiniMaxH3Pipeline {
     /// verbatim, no special tokens, the output of the first 50 layers (all of the released
     /// truncated export) before any final norm.
     pub fn encode_prompt(&self, prompt: &str) -> Result<Option<HostTensor>> {
-        self.states.get_or_try(prompt, || -> Result<Option<HostTensor>> {
-            let ids: Vec<i32> = self
-                .tokenizer
-                .encode(prompt)
-                .into_iter()
-                .map(|i| i as i32)
-                .collect();
-            if ids.is_empty() {
-                return Ok(None);
-            }
-            let layers = self.te.model.config().layers;
-            let run = (layers > TEXT_LAYER).then_some(TEXT_LAYER);
-            Ok(Some(qwen3::encode_layers(
-                &self.te.runner,
-                &self.te.model,
-                &ids,
-                run,
-            )?))
-        })
+        self.states
+            .get_or_try(prompt, || -> Result<Option<HostTensor>> {
+                let ids: Vec<i32> = self
+                    .tokenizer
+                    .encode(prompt)
+                    .into_iter()
+                    .map(|i| i as i32)
+                    .collect();
+                if ids.is_empty() {
+                    return Ok(None);
+                }
+                let layers = self.te.model.config().layers;
+                let run = (layers > TEXT_LAYER).then_some(TEXT_LAYER);
+                Ok(Some(qwen3::encode_layers(
+                    &self.te.runner,
+                    &self.te.model,
+                    &ids,
+                    run,
+                )?))
+            })
     }
 
     /// The sampler's velocity of packed latent `x` at `sigma` for condition `text`; with the
     /// context cache on, an allocation failure clears the cache, turns it off for the rest of
     /// the run and tries once more without it.
-    fn velocity(&self, x: &[f32], p: &Packing, text: &Condition<'_>, sigma: f32) -> Result<Vec<f32>> {
+    fn velocity(
+        &self,
+        x: &[f32],
+        p: &Packing,
+        text: &Condition<'_>,
+        sigma: f32,
+    ) -> Result<Vec<f32>> {
         if !self.cache_live.get() {
             return self.velocity_with(x, p, text.states, None, sigma);
         }
@@ -278,7 +284,8 @@ impl MiniMaxH3Pipeline {
         };
         v.data.iter_mut().for_each(|x| *x = -*x);
         a.data.iter_mut().for_each(|x| *x = -*x);
-        let video_v = minimax_h3::unpatchify(&v, p.channels, [p.frames, p.height, p.width], c.patch);
+        let video_v =
+            minimax_h3::unpatchify(&v, p.channels, [p.frames, p.height, p.width], c.patch);
         let v_a = p.audio_values_of_rows(&a.data);
         Ok(p.join(&video_v.data, &point.carrier_velocity(&x_a, &v_a)))
     }
@@ -428,7 +435,9 @@ impl Generator for MiniMaxH3Pipeline {
         let requested = batch.video_frames.unwrap_or(1);
         let frames = align_frames(requested);
         if frames != requested {
-            log::warn!("MiniMax-H3 makes 17k + 5 frames: {requested} requested, {frames} generated");
+            log::warn!(
+                "MiniMax-H3 makes 17k + 5 frames: {requested} requested, {frames} generated"
+            );
         }
         crate::pipeline::check_size(batch.width, batch.height, self.size_multiple())?;
         self.batch = Some(Prepared {
