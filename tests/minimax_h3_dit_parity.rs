@@ -213,6 +213,16 @@ fn original_layout_matches_reference() {
 }
 
 #[test]
+fn without_config_the_rotated_channels_follow_the_released_rule() {
+    // The diffusers file alone (no config.json, no rope.inv_freq): 3/4 of the 32-wide heads
+    // rotate, 4 frequencies per axis, as the fixture's config says.
+    let store = diffusers_store();
+    let (m, r) = load(&store, "", &MiniMaxH3Hints::default());
+    assert_eq!(m.config().rope_freq_dim, 4);
+    check(&m, &r, "t2va", "diffusers names, no config.json");
+}
+
+#[test]
 fn pruned_curve_table_matches_on_its_grid() {
     let tmp = tempfile::tempdir().unwrap();
     let pruned = assembled("pruned", tmp.path());

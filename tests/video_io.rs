@@ -654,7 +654,9 @@ fn webm_soundtrack_is_a_pcm_track_beside_the_frames() {
     assert_eq!(be_uint(&b, &child(&b, &au, 0x6264)), 16, "bit depth");
     let rate = child(&b, &au, 0xB5);
     let rate = match rate.end - rate.start {
-        4 => f64::from(f32::from_be_bytes(b[rate.start..rate.end].try_into().unwrap())),
+        4 => f64::from(f32::from_be_bytes(
+            b[rate.start..rate.end].try_into().unwrap(),
+        )),
         _ => f64::from_be_bytes(b[rate.start..rate.end].try_into().unwrap()),
     };
     assert_eq!(rate, 32_000.0);
@@ -700,8 +702,14 @@ fn webp_and_sequences_get_the_soundtrack_beside() {
     let written = write_video_with_audio(&seq, &src, 24, None, 0, Some(&audio)).unwrap();
     assert_eq!(written.len(), 4);
     assert_eq!(written[3], dir.path().join("f.wav"));
-    assert_eq!(soundtrack_path(Path::new("out/%d.png")), Path::new("out/audio.wav"));
-    assert_eq!(soundtrack_path(Path::new("a/clip-%02d-x.jpg")), Path::new("a/clip--x.wav"));
+    assert_eq!(
+        soundtrack_path(Path::new("out/%d.png")),
+        Path::new("out/audio.wav")
+    );
+    assert_eq!(
+        soundtrack_path(Path::new("a/clip-%02d-x.jpg")),
+        Path::new("a/clip--x.wav")
+    );
     // Without a soundtrack nothing is written beside.
     let written = write_video_with_audio(&webp, &src, 24, None, 0, None).unwrap();
     assert_eq!(written, vec![webp]);

@@ -147,7 +147,7 @@ pub(crate) fn check_inputs(cli: &Cli) -> Result<(), CliError> {
         ("--ad-model", &g.ad_model),
     ];
     // Model files may also be diffusers folders (config.json + weights).
-    const MAY_BE_FOLDER: [&str; 11] = [
+    const MAY_BE_FOLDER: [&str; 12] = [
         "-m/--model",
         "--diffusion-model",
         "--high-noise-diffusion-model",
@@ -158,6 +158,7 @@ pub(crate) fn check_inputs(cli: &Cli) -> Result<(), CliError> {
         "--llm",
         "--llm_vision",
         "--vae",
+        "--audio-vae",
         "--taesd",
     ];
     for (flag, p) in files {

@@ -157,7 +157,9 @@ impl MiniMaxH3Layout {
 
 /// Released values (diffusers' defaults, upstream's `Config`).
 const PATCH: [usize; 3] = [1, 2, 2];
-const ROPE_FREQ_DIM: usize = 16;
+/// Without `rope.inv_freq` or `config.json`: the released model rotates 3/4 of each head
+/// (6 × 16 of 128 channels), i.e. head size / 8 frequencies per axis.
+const HEAD_PER_ROPE_FREQ: usize = 8;
 const ROPE_THETA: f32 = 10_000.0;
 const EPS: f32 = 1e-5;
 
@@ -260,8 +262,8 @@ impl MiniMaxH3Config {
             .source_ne("rope.inv_freq")
             .map(|ne| ne[0])
             .or(hints.rope_freq_dim)
-            .unwrap_or(ROPE_FREQ_DIM);
-        if 6 * rope_freq_dim > head_dim {
+            .unwrap_or(head_dim / HEAD_PER_ROPE_FREQ);
+        if rope_freq_dim == 0 || 6 * rope_freq_dim > head_dim {
             return Err(bad(
                 &format!("{attn}.{qn}"),
                 format!(
