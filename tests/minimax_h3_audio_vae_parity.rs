@@ -332,3 +332,89 @@ fn other_models_are_not_detected() {
         assert!(detect(&source, None).is_err(), "{file}");
     }
 }
+
+/// The released model's architecture (every name and shape of the original single file, from
+/// diffusers' default config) with random weights: detection falls back to the released
+/// heads, rates and dilations; a short clip encodes and decodes to finite samples of the right
+/// length. About 1.3 GB of memory, so run it on request:
+/// `cargo test --release --test minimax_h3_audio_vae_parity -- --ignored`.
+#[test]
+#[ignore]
+fn released_size_model_runs() {
+    use sd_cli::runner::MemorySource;
+    let path = fixture_path("minimax_h3_audio_vae/released_shapes.json");
+    let shapes: std::collections::BTreeMap<String, Vec<usize>> =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let mut source = MemorySource::new();
+    for (name, shape) in &shapes {
+        let mut ne = [1usize; 4];
+        for (i, d) in shape.iter().rev().enumerate() {
+            ne[i] = *d;
+        }
+        let n: usize = shape.iter().product();
+        let fan_in = n / shape[0].max(1);
+        let data: Vec<f32> = if name.ends_with(".alpha") && shape.len() == 3 {
+            vec![1.0; n] // Snake frequency
+        } else if name.ends_with("filter") {
+            vec![1.0 / n as f32; n]
+        } else if name.contains("norm") && name.ends_with("weight") {
+            vec![1.0; n]
+        } else if name.ends_with("weight") {
+            let s = (3.0 / fan_in as f32).sqrt();
+            (0..n).map(|_| next() * s).collect()
+        } else {
+            vec![0.0; n] // biases, SnakeBeta log-scales, the zero key bias
+        };
+        source.insert(name.clone(), ne, data);
+    }
+    source.insert("latents_mean", [32, 1, 1, 1], vec![0.0; 32]);
+    source.insert("latents_std", [32, 1, 1, 1], vec![1.0; 32]);
+    let (vae, runner) = build(&source, None).unwrap();
+    let c = vae.config();
+    assert_eq!(
+        (c.encoder_dim, c.latent_dim, c.latent_channels),
+        (64, 2048, 32)
+    );
+    assert_eq!(c.encoder_rates, vec![2, 4, 4, 5, 5]);
+    assert_eq!(c.decoder_rates, vec![5, 5, 2, 2, 2, 2, 2]);
+    assert_eq!(
+        (c.num_heads, c.decoder_dim, c.sample_rate),
+        (8, 1024, 32_000)
+    );
+    assert_eq!(c.resblock_dilations, vec![vec![1, 3, 5]; 3]);
+    assert_eq!(vae.hop_length(), 800);
+
+    // `SD_CLI_AUDIO_FRAMES=40` times one second of audio.
+    let t = std::env::var("SD_CLI_AUDIO_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let z = HostTensor::new([t, 32, 2, 1], (0..t * 64).map(|_| next()).collect()).unwrap();
+    let start = std::time::Instant::now();
+    let channels = vae.decode_latent(&runner, &z).unwrap();
+    eprintln!(
+        "released-size decode of {t} frames: {:.2}s",
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(channels.len(), 2);
+    assert!(channels
+        .iter()
+        .all(|ch| ch.len() == t * 800 && ch.iter().all(|v| v.is_finite())));
+
+    let start = std::time::Instant::now();
+    let z = vae.encode_channels(&runner, &channels).unwrap();
+    eprintln!(
+        "released-size encode of {} samples: {:.2}s",
+        t * 800,
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(z.ne, [t, 32, 2, 1]);
+    assert!(z.data.iter().all(|v| v.is_finite()));
+}
