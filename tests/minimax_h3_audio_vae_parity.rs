@@ -469,3 +469,42 @@ fn wav_round_trip_through_the_vae() {
     assert!(z.data.iter().all(|v| v.is_finite()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn load_entry_point_skips_the_encoder_unless_asked() {
+    use sd_cli::runner::{LoadOptions, RunOptions};
+    let opts = || LoadOptions {
+        backend: cpu(),
+        wtype: None,
+        run: RunOptions::default(),
+        adapters: None,
+    };
+    let store = weights("a", AudioVaeLayout::Diffusers);
+    let json = store.files().iter().find_map(|f| f.config.as_ref());
+    let source = StoreSource::new(&store, "");
+    let loaded = MiniMaxH3AudioVae::load("audio_vae", &source, json, opts(), false).unwrap();
+    assert!(loaded.model.has_decoder() && !loaded.model.has_encoder());
+    let io = open_fixture("minimax_h3_audio_vae/io.safetensors");
+    let want = tensor(&io, "a.decode.y");
+    let got = loaded
+        .model
+        .decode_latent(&loaded.runner, &tensor(&io, "a.decode.z"))
+        .unwrap();
+    compare(
+        "load(): decode",
+        &HostTensor::new(want.ne, got.concat()).unwrap(),
+        &want,
+    );
+    let loaded = MiniMaxH3AudioVae::load("audio_vae", &source, json, opts(), true).unwrap();
+    assert!(loaded.model.has_encoder());
+
+    let dec_only = Hiding {
+        inner: StoreSource::new(&store, ""),
+        hide: |n| n.starts_with("encoder."),
+    };
+    let err = MiniMaxH3AudioVae::load("audio_vae", &dec_only, json, opts(), true)
+        .err()
+        .expect("no encoder")
+        .to_string();
+    assert!(err.contains("encoder"), "{err}");
+}
