@@ -332,3 +332,179 @@ fn other_models_are_not_detected() {
         assert!(detect(&source, None).is_err(), "{file}");
     }
 }
+
+/// The released model's architecture (every name and shape of the original single file, from
+/// diffusers' default config) with random weights: detection falls back to the released
+/// heads, rates and dilations; a short clip encodes and decodes to finite samples of the right
+/// length. About 1.3 GB of memory, so run it on request:
+/// `cargo test --release --test minimax_h3_audio_vae_parity -- --ignored`.
+#[test]
+#[ignore]
+fn released_size_model_runs() {
+    use sd_cli::runner::MemorySource;
+    let path = fixture_path("minimax_h3_audio_vae/released_shapes.json");
+    let shapes: std::collections::BTreeMap<String, Vec<usize>> =
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let mut source = MemorySource::new();
+    for (name, shape) in &shapes {
+        let mut ne = [1usize; 4];
+        for (i, d) in shape.iter().rev().enumerate() {
+            ne[i] = *d;
+        }
+        let n: usize = shape.iter().product();
+        let fan_in = n / shape[0].max(1);
+        let data: Vec<f32> = if name.ends_with(".alpha") && shape.len() == 3 {
+            vec![1.0; n] // Snake frequency
+        } else if name.ends_with("filter") {
+            vec![1.0 / n as f32; n]
+        } else if name.contains("norm") && name.ends_with("weight") {
+            vec![1.0; n]
+        } else if name.ends_with("weight") {
+            let s = (3.0 / fan_in as f32).sqrt();
+            (0..n).map(|_| next() * s).collect()
+        } else {
+            vec![0.0; n] // biases, SnakeBeta log-scales, the zero key bias
+        };
+        source.insert(name.clone(), ne, data);
+    }
+    source.insert("latents_mean", [32, 1, 1, 1], vec![0.0; 32]);
+    source.insert("latents_std", [32, 1, 1, 1], vec![1.0; 32]);
+    let (vae, runner) = build(&source, None).unwrap();
+    let c = vae.config();
+    assert_eq!(
+        (c.encoder_dim, c.latent_dim, c.latent_channels),
+        (64, 2048, 32)
+    );
+    assert_eq!(c.encoder_rates, vec![2, 4, 4, 5, 5]);
+    assert_eq!(c.decoder_rates, vec![5, 5, 2, 2, 2, 2, 2]);
+    assert_eq!(
+        (c.num_heads, c.decoder_dim, c.sample_rate),
+        (8, 1024, 32_000)
+    );
+    assert_eq!(c.resblock_dilations, vec![vec![1, 3, 5]; 3]);
+    assert_eq!(vae.hop_length(), 800);
+
+    // `SD_CLI_AUDIO_FRAMES=40` times one second of audio.
+    let t = std::env::var("SD_CLI_AUDIO_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let z = HostTensor::new([t, 32, 2, 1], (0..t * 64).map(|_| next()).collect()).unwrap();
+    let start = std::time::Instant::now();
+    let channels = vae.decode_latent(&runner, &z).unwrap();
+    eprintln!(
+        "released-size decode of {t} frames: {:.2}s",
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(channels.len(), 2);
+    assert!(channels
+        .iter()
+        .all(|ch| ch.len() == t * 800 && ch.iter().all(|v| v.is_finite())));
+
+    let start = std::time::Instant::now();
+    let z = vae.encode_channels(&runner, &channels).unwrap();
+    eprintln!(
+        "released-size encode of {} samples: {:.2}s",
+        t * 800,
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(z.ne, [t, 32, 2, 1]);
+    assert!(z.data.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn wav_round_trip_through_the_vae() {
+    use sd_cli::image_io::audio::{read_wav, write_wav, Audio};
+    let store = weights("b", AudioVaeLayout::Original);
+    let (vae, runner) = build(&StoreSource::new(&store, ""), None).unwrap();
+    let io = open_fixture("minimax_h3_audio_vae/io.safetensors");
+    let dir = std::env::temp_dir().join(format!("sd_cli_mmh3_audio_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Generated audio: decode → 16-bit stereo WAV at the VAE's rate.
+    let channels = vae
+        .decode_latent(&runner, &tensor(&io, "b.decode.z"))
+        .unwrap();
+    let out = Audio {
+        sample_rate: vae.sample_rate(),
+        channels,
+    };
+    let path = dir.join("generated.wav");
+    write_wav(&path, &out).unwrap();
+    let back = read_wav(&path).unwrap();
+    assert_eq!(
+        (back.sample_rate, back.channels.len(), back.len()),
+        (32_000, 2, out.len())
+    );
+
+    // Reference audio: the fixture's stereo clip as a mono 16 kHz file is upmixed and resampled
+    // to 32 kHz stereo, then encoded (16-bit rounding and interpolation change the clip, so
+    // only the shapes and finiteness are checked here; parity is the tests above).
+    let x = tensor(&io, "b.encode.x");
+    let n = x.ne[0];
+    let left = &x.data[..n];
+    let half: Vec<f32> = left.iter().step_by(2).copied().collect();
+    let path = dir.join("reference.wav");
+    write_wav(
+        &path,
+        &Audio {
+            sample_rate: 16_000,
+            channels: vec![half.clone()],
+        },
+    )
+    .unwrap();
+    let reference = read_wav(&path).unwrap().to_stereo(vae.sample_rate());
+    assert_eq!(reference.channels.len(), 2);
+    assert_eq!(reference.channels[0], reference.channels[1]);
+    assert_eq!(reference.len(), 2 * half.len());
+    let z = vae.encode_channels(&runner, &reference.channels).unwrap();
+    assert_eq!(z.ne, [reference.len().div_ceil(vae.hop_length()), 4, 2, 1]);
+    assert!(z.data.iter().all(|v| v.is_finite()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn load_entry_point_skips_the_encoder_unless_asked() {
+    use sd_cli::runner::{LoadOptions, RunOptions};
+    let opts = || LoadOptions {
+        backend: cpu(),
+        wtype: None,
+        run: RunOptions::default(),
+        adapters: None,
+    };
+    let store = weights("a", AudioVaeLayout::Diffusers);
+    let json = store.files().iter().find_map(|f| f.config.as_ref());
+    let source = StoreSource::new(&store, "");
+    let loaded = MiniMaxH3AudioVae::load("audio_vae", &source, json, opts(), false).unwrap();
+    assert!(loaded.model.has_decoder() && !loaded.model.has_encoder());
+    let io = open_fixture("minimax_h3_audio_vae/io.safetensors");
+    let want = tensor(&io, "a.decode.y");
+    let got = loaded
+        .model
+        .decode_latent(&loaded.runner, &tensor(&io, "a.decode.z"))
+        .unwrap();
+    compare(
+        "load(): decode",
+        &HostTensor::new(want.ne, got.concat()).unwrap(),
+        &want,
+    );
+    let loaded = MiniMaxH3AudioVae::load("audio_vae", &source, json, opts(), true).unwrap();
+    assert!(loaded.model.has_encoder());
+
+    let dec_only = Hiding {
+        inner: StoreSource::new(&store, ""),
+        hide: |n| n.starts_with("encoder."),
+    };
+    let err = MiniMaxH3AudioVae::load("audio_vae", &dec_only, json, opts(), true)
+        .err()
+        .expect("no encoder")
+        .to_string();
+    assert!(err.contains("encoder"), "{err}");
+}

@@ -495,6 +495,23 @@ impl Context {
         })
     }
 
+    /// Depthwise 2D convolution computed directly (no im2col). kernel: [KW, KH, 1, C], x:
+    /// [W, H, C, N] (contiguous) → [W', H', C, N]; zero padding.
+    pub fn conv_2d_dw_direct<'c>(
+        &'c self,
+        kernel: Tensor<'c>,
+        x: Tensor<'c>,
+        stride: (usize, usize),
+        pad: (usize, usize),
+    ) -> Tensor<'c> {
+        let (s0, s1) = (stride.0 as i32, stride.1 as i32);
+        let (p0, p1) = (pad.0 as i32, pad.1 as i32);
+        // SAFETY: live tensors; ggml validates the shapes.
+        self.wrap(unsafe {
+            sys::ggml_conv_2d_dw_direct(self.raw(), kernel.raw(), x.raw(), s0, s1, p0, p1, 1, 1)
+        })
+    }
+
     /// Repeats `a` (tiled) to the shape `ne`; each of `ne` must be a multiple of `a`'s.
     pub fn repeat_4d<'c>(&'c self, a: Tensor<'c>, ne: Ne) -> Tensor<'c> {
         let n = ne.map(|d| d as i64);

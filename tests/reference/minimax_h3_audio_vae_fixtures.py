@@ -27,6 +27,9 @@ tests/fixtures/minimax_h3_audio_vae/:
     M.decode.z [2, C, T]                normalized latent (transformer space)
     M.decode.y [2, T * hop]             the pipeline's audio decode: vae.decode(z * std + mean),
                                         clamped to [-1, 1]
+  released_shapes.json   name -> PyTorch shape of every tensor of the released model (default
+                         config) in the original layout (weight norm folded), for the
+                         released-size smoke test (random weights, `cargo test -- --ignored`).
 Tensors keep PyTorch's row-major layout; Rust reads the shapes reversed.
 """
 import json
@@ -125,6 +128,16 @@ def main():
               f"y {tuple(y.shape)}")
 
     save_file({k: v.contiguous() for k, v in io.items()}, f"{OUT}/io.safetensors")
+
+    with torch.device("meta"):
+        released = AutoencoderKLMiniMaxH3Audio().state_dict()
+    shapes = {}
+    for k, v in released.items():
+        if k.endswith(".weight_g"):
+            continue
+        shapes[k[: -len("_v")] if k.endswith(".weight_v") else k] = list(v.shape)
+    with open(f"{OUT}/released_shapes.json", "w") as fh:
+        json.dump(shapes, fh, separators=(",", ":"))
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(OUT) for f in fs)
     print(f"fixtures: {total / 1e6:.2f} MB")
 

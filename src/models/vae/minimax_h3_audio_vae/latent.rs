@@ -41,9 +41,54 @@ pub fn denormalize(stats: &LatentStats, x: &mut HostTensor) -> Result<(), Runner
     apply(stats, x, |v, m, s| v * s + m)
 }
 
+/// Swaps the two innermost axes of `x` `[A, B, N]`: the VAE's latent `[T, C, S]` ↔ the
+/// transformer's audio tokens `[C, T, S]` (one row of C channels per latent frame, the stereo
+/// channels as consecutive blocks of T rows, as diffusers packs them channel-major).
+pub fn swap_time_and_channels(x: &HostTensor) -> Result<HostTensor, RunnerError> {
+    if !x.is_consistent() {
+        return Err(RunnerError::InputSize {
+            name: "audio latent".into(),
+            ne: x.ne,
+            got: x.data.len(),
+        });
+    }
+    let [a, b, n, m] = x.ne;
+    let mut out = vec![0.0; x.data.len()];
+    for k in 0..n * m {
+        let (src, dst) = (
+            &x.data[k * a * b..(k + 1) * a * b],
+            &mut out[k * a * b..(k + 1) * a * b],
+        );
+        for j in 0..b {
+            for i in 0..a {
+                dst[i * b + j] = src[j * a + i];
+            }
+        }
+    }
+    Ok(HostTensor {
+        ne: [b, a, n, m],
+        data: out,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swap_is_a_transpose_per_stream() {
+        // [T 3, C 2, S 2] → [C 2, T 3, S 2].
+        let x = HostTensor::new([3, 2, 2, 1], (0..12).map(|v| v as f32).collect()).unwrap();
+        let y = swap_time_and_channels(&x).unwrap();
+        assert_eq!(y.ne, [2, 3, 2, 1]);
+        assert_eq!(&y.data[..6], &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert_eq!(swap_time_and_channels(&y).unwrap().data, x.data);
+        let ragged = HostTensor {
+            ne: [3, 2, 1, 1],
+            data: vec![0.0; 5],
+        };
+        assert!(swap_time_and_channels(&ragged).is_err());
+    }
 
     #[test]
     fn round_trip_per_channel() {

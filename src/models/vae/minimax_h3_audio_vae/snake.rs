@@ -83,7 +83,9 @@ fn replicate_pad<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>, left: usize, right: usi
     y
 }
 
-/// The same `[K]` filter over every channel: `[T, C, N]` → `[T', C, N]` (no padding).
+/// The same `[K]` filter over every channel: `[T, C, N]` → `[T', C, N]` (no padding), as a
+/// direct depthwise convolution over `C·N` one-channel rows (no patch matrix: the filters are
+/// short and there are many of them).
 fn depthwise<'g>(
     g: &'g GraphCtx<'g>,
     x: Tensor<'g>,
@@ -92,15 +94,9 @@ fn depthwise<'g>(
 ) -> Tensor<'g> {
     let [t, c, n, _] = x.ne();
     let k: usize = filter.ne().iter().product();
-    let x = g.reshape(g.cont(x), [t, 1, 1, c * n]);
-    let y = g.conv_2d(
-        g.reshape(filter, [k, 1, 1, 1]),
-        x,
-        (stride, 1),
-        (0, 0),
-        (1, 1),
-        false,
-    );
+    let x = if x.is_contiguous() { x } else { g.cont(x) };
+    let x = g.reshape(x, [t, 1, 1, c * n]);
+    let y = g.conv_2d_dw_direct(g.reshape(filter, [k, 1, 1, 1]), x, (stride, 1), (0, 0));
     let t_out = y.ne()[0];
     g.reshape(y, [t_out, c, n, 1])
 }
@@ -176,12 +172,13 @@ impl AntiAliased {
         let pad_left = pad * r + (k - r) / 2;
         let pad_right = pad * r + (k - r).div_ceil(2);
         let x = replicate_pad(g, x, pad, pad);
+        let x = if x.is_contiguous() { x } else { g.cont(x) };
         let [t1, c, n, _] = x.ne();
         let full = (t1 - 1) * r + k;
         let out_len = full.saturating_sub(pad_left + pad_right).max(1);
         // Zero-stuffed: x[m] at r·m, zeros between → [r·t1, C, N].
         let s = g.pad(
-            g.reshape(g.cont(x), [1, t1 * c * n, 1, 1]),
+            g.reshape(x, [1, t1 * c * n, 1, 1]),
             [(0, r - 1), (0, 0), (0, 0), (0, 0)],
         );
         let s = g.reshape(s, [r * t1, c, n, 1]);
