@@ -15,8 +15,7 @@ use sd_cli::models::dit::minimax_h3::{
     MiniMaxH3Layout, MiniMaxH3Time, PackedLayout,
 };
 use sd_cli::runner::{
-    MemoryOptions, RunOptions, Runner, RunnerError, SourceTensor, StoreSource, WeightLoader,
-    WeightSource,
+    MemoryOptions, RunOptions, Runner, RunnerError, StoreSource, WeightLoader, WeightSource,
 };
 use sd_cli::tensor::HostTensor;
 use sd_cli::weights::TensorStore;
@@ -300,23 +299,6 @@ fn segmented_run_matches_monolithic() {
         "{names:?}"
     );
     assert_eq!(a, b, "segmented vs monolithic");
-}
-
-/// A source without one tensor.
-struct Without<'s> {
-    inner: StoreSource<'s>,
-    missing: &'static str,
-}
-
-impl WeightSource for Without<'_> {
-    fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
-        (name != self.missing)
-            .then(|| self.inner.tensor(name))
-            .flatten()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
 }
 
 #[test]

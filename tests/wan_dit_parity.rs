@@ -13,31 +13,13 @@ use std::path::PathBuf;
 use common::*;
 use sd_cli::models::dit::wan::{heads_hint, Wan, WanConfig, WanInputs, WanLayout};
 use sd_cli::runner::{
-    MemoryOptions, RunOptions, Runner, RunnerError, SourceTensor, StoreSource, WeightLoader,
-    WeightSource,
+    MemoryOptions, RunOptions, Runner, RunnerError, StoreSource, WeightLoader, WeightSource,
 };
 use sd_cli::tensor::HostTensor;
 use sd_cli::weights::TensorStore;
 
 const TOL: f32 = 2e-5;
 const PREFIX: &str = "model.diffusion_model.";
-
-/// A source without one tensor.
-struct Without<'s> {
-    inner: StoreSource<'s>,
-    missing: &'static str,
-}
-
-impl WeightSource for Without<'_> {
-    fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
-        (name != self.missing)
-            .then(|| self.inner.tensor(name))
-            .flatten()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
 
 /// The diffusers folder's weights and its config.json head count.
 fn diffusers_store(kind: &str) -> (TensorStore, Option<usize>) {

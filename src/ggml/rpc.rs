@@ -284,7 +284,19 @@ pub fn serve_loopback(threads: usize) -> Result<String, GgmlError> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let devices = add_servers(std::slice::from_ref(&endpoint))?;
+    // The readiness probe above is itself a client the server has to see off; a greeting
+    // sent while it does so can be reset. Try a few times before giving up.
+    let mut attempt = 0;
+    let devices = loop {
+        match add_servers(std::slice::from_ref(&endpoint)) {
+            Ok(d) => break d,
+            Err(e) if attempt >= 4 => return Err(e),
+            Err(_) => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(100 * attempt));
+            }
+        }
+    };
     devices
         .first()
         .map(|d| d.name.clone())

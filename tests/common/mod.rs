@@ -14,7 +14,8 @@ use std::rc::Rc;
 
 use sd_cli::ggml::Backend;
 use sd_cli::runner::{
-    GraphCtx, ModelWeights, RunOptions, Runner, StoreSource, WeightBuilder, WeightLoader,
+    GraphCtx, ModelWeights, RunOptions, Runner, SourceTensor, StoreSource, WeightBuilder,
+    WeightLoader, WeightSource,
 };
 use sd_cli::tensor::HostTensor;
 use sd_cli::tensor::Ne;
@@ -241,5 +242,22 @@ pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
         f64::INFINITY
     } else {
         10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+/// A weight source without one tensor (for the missing-tensor error tests).
+pub struct Without<'s> {
+    pub inner: StoreSource<'s>,
+    pub missing: &'static str,
+}
+
+impl WeightSource for Without<'_> {
+    fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
+        (name != self.missing)
+            .then(|| self.inner.tensor(name))
+            .flatten()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
     }
 }
