@@ -294,6 +294,39 @@ fn gguf_q8_0_transformer_runs() {
     assert!(p >= 40.0, "q8_0: PSNR {p:.1} dB");
 }
 
+/// `-M img_gen` makes the shortest clip (5 frames) and keeps its first frame; `-M vid_gen`
+/// with 5 frames decodes 2 latent frames (upstream pads them to one VAE chunk; diffusers
+/// cannot decode them).
+#[test]
+fn image_mode_is_the_first_frame_of_the_shortest_clip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = dir();
+    let common = |mode: &str, out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+            .args(["-M", mode])
+            .args([
+                "--diffusion-model",
+                s(&d.join("transformer/diffusion_pytorch_model.safetensors")),
+            ])
+            .args(["--llm", s(&d.join("text_encoder/model.safetensors"))])
+            .args(["--vae", s(&fixture_path("minimax_h3_vae/vae"))])
+            .args(["-p", PROMPT, "--cfg-scale", "1", "--steps", "2"])
+            .args(["-W", "48", "-H", "32", "-s", "7", "--rng", "cpu", "-t", "2"])
+            .args(["--video-frames", "5", "-o", s(out)])
+            .output()
+            .unwrap()
+    };
+    let o = common("vid_gen", &tmp.path().join("v_%d.png"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(tmp.path().join("v_4.png").exists() && !tmp.path().join("v_5.png").exists());
+    let o = common("img_gen", &tmp.path().join("img.png"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a = read_png(&tmp.path().join("img.png")).unwrap();
+    let b = read_png(&tmp.path().join("v_0.png")).unwrap();
+    assert_eq!((a.width, a.height), (48, 32));
+    assert_eq!(a.data, b.data);
+}
+
 #[test]
 fn keyframes_are_refused_until_implemented() {
     let tmp = tempfile::tempdir().unwrap();

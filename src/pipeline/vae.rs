@@ -348,3 +348,24 @@ fn single(mut out: Vec<HostTensor>, what: &str) -> Result<HostTensor, RunnerErro
     out.pop()
         .ok_or_else(|| RunnerError::Internal(format!("{what}: no output")))
 }
+
+/// A decoded clip [W, H, F, C] in [−1, 1] as video frames [W, H, C, F] in [0, 1] (what
+/// video families return).
+pub(crate) fn clip_to_frames(clip: &HostTensor) -> HostTensor {
+    let [w, h, f, c] = clip.ne;
+    let plane = w * h;
+    let mut data = vec![0f32; clip.data.len()];
+    for fr in 0..f {
+        for ch in 0..c {
+            let src = &clip.data[(ch * f + fr) * plane..(ch * f + fr + 1) * plane];
+            let dst = &mut data[(fr * c + ch) * plane..(fr * c + ch + 1) * plane];
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = (s * 0.5 + 0.5).clamp(0.0, 1.0);
+            }
+        }
+    }
+    HostTensor {
+        ne: [w, h, c, f],
+        data,
+    }
+}

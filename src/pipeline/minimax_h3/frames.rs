@@ -1,5 +1,6 @@
 //! MiniMax-H3's request rules (upstream's request resolution; diffusers agrees): 24 fps,
-//! frame counts on the video VAE's 17k + 5 grid, 40 audio latents per second.
+//! frame counts on the video VAE's 17k + 5 grid (its latent count is the VAE's geometry),
+//! 40 audio latents per second.
 
 /// The model's frame rate; another `--fps` is overridden.
 pub const FPS: u32 = 24;
@@ -13,24 +14,6 @@ pub fn align_frames(frames: usize) -> usize {
         f += 1;
     }
     f
-}
-
-/// Latent frames of a 17k + 5 frame video: 5k + 2.
-pub fn latent_frames(frames: usize) -> usize {
-    if frames <= 5 {
-        2
-    } else {
-        (frames - 5) / 17 * 5 + 2
-    }
-}
-
-/// Frames the video VAE makes from `latent` latent frames.
-pub fn video_frames(latent: usize) -> usize {
-    if latent <= 2 {
-        5
-    } else {
-        (latent - 2) / 5 * 17 + 5
-    }
 }
 
 /// Audio latents per channel for `frames` frames at [`FPS`].
@@ -48,9 +31,6 @@ mod tests {
         assert_eq!(align_frames(22), 22);
         assert_eq!(align_frames(23), 39);
         assert_eq!(align_frames(56), 56);
-        assert_eq!(latent_frames(5), 2);
-        assert_eq!(latent_frames(56), 17);
-        assert_eq!(video_frames(17), 56);
         assert_eq!(audio_latents(56), 93);
         assert_eq!(audio_latents(5), 8);
         assert_eq!(audio_latents(22), 37);

@@ -16,7 +16,7 @@ mod frames;
 mod pipeline;
 
 pub use carrier::{remap_sigma, CarrierPoint, Packing, AUDIO_SHIFT};
-pub use frames::{align_frames, audio_latents, latent_frames, video_frames, FPS};
+pub use frames::{align_frames, audio_latents, FPS};
 pub use pipeline::MiniMaxH3Pipeline;
 
 use crate::error::Result;

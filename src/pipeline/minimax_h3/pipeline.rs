@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::time::Instant;
 
 use super::carrier::{CarrierPoint, Packing};
-use super::frames::{align_frames, audio_latents, latent_frames, FPS};
+use super::frames::{align_frames, audio_latents, FPS};
 use super::{AUDIO_VAE, CONTEXT_CACHE, DIFFUSION, FLOW_SHIFT, LLM, TEXT_LAYER, VAE};
 use crate::error::{Error, Result};
 use crate::image_io::audio::Audio;
@@ -15,13 +15,14 @@ use crate::models::dit::minimax_h3::{
 use crate::models::te::qwen3::{self, qwen3_hparams, Qwen3Config, Qwen3Source, Qwen3TextModel};
 use crate::models::vae::minimax_h3_audio_vae::MiniMaxH3AudioVae;
 use crate::models::vae::minimax_h3_vae::{
-    decode_video_tiled, LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig,
+    decode_video_tiled, denormalize_video_latent, LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig,
 };
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::memo::Memo;
 use crate::pipeline::text::load_qwen_tokenizer_of;
+use crate::pipeline::vae::clip_to_frames;
 use crate::pipeline::SampleJob;
 use crate::progress::Progress;
 use crate::runner::{Loaded, Runner, RunnerError, StoreSource};
@@ -48,6 +49,8 @@ pub struct MiniMaxH3Pipeline {
     batch: Option<Prepared<usize>>,
     /// The last video's soundtrack, until the caller takes it.
     audio: Option<Audio>,
+    /// `-M img_gen`: return the first frame only.
+    image_only: bool,
 }
 
 impl MiniMaxH3Pipeline {
@@ -158,6 +161,7 @@ impl MiniMaxH3Pipeline {
             cache_live: Cell::new(false),
             batch: None,
             audio: None,
+            image_only: false,
         })
     }
 
@@ -303,7 +307,7 @@ impl MiniMaxH3Pipeline {
         Packing {
             width: width / f,
             height: height / f,
-            frames: latent_frames(frames),
+            frames: self.vae.model.latent_frames(frames),
             channels: c.video_channels,
             audio_len: audio_latents(frames),
             audio_channels: c.audio_channels,
@@ -313,33 +317,11 @@ impl MiniMaxH3Pipeline {
     /// Frames [W, H, 3, F] in [0, 1] of the sampled video latent (normalised) [w, h, T, C].
     fn decode_video(&self, z: &HostTensor, tiling: Option<&TileSettings>) -> Result<HostTensor> {
         let t = Instant::now();
-        // Per channel plane of [w, h, T]: x · std + mean.
         let mut raw = z.clone();
-        let plane = z.ne[0] * z.ne[1] * z.ne[2];
-        let (mean, std) = (self.stats.mean(), self.stats.std());
-        for (ch, chunk) in raw.data.chunks_mut(plane.max(1)).enumerate() {
-            let (m, s) = (mean[ch], std[ch]);
-            chunk.iter_mut().for_each(|v| *v = *v * s + m);
-        }
-        let out = decode_video_tiled(&self.vae.model, &self.vae.runner, &raw, tiling)?;
-        // [W, H, F, 3] in [-1, 1] → [W, H, 3, F] in [0, 1].
-        let [ow, oh, of, oc] = out.ne;
-        let plane = ow * oh;
-        let mut data = vec![0f32; out.data.len()];
-        for fr in 0..of {
-            for ch in 0..oc {
-                let src = &out.data[(ch * of + fr) * plane..(ch * of + fr + 1) * plane];
-                let dst = &mut data[(fr * oc + ch) * plane..(fr * oc + ch + 1) * plane];
-                for (d, s) in dst.iter_mut().zip(src) {
-                    *d = (s * 0.5 + 0.5).clamp(0.0, 1.0);
-                }
-            }
-        }
+        denormalize_video_latent(&self.stats, &mut raw)?;
+        let clip = decode_video_tiled(&self.vae.model, &self.vae.runner, &raw, tiling)?;
         log::debug!("minimax_h3: video decode {:.2}s", t.elapsed().as_secs_f64());
-        Ok(HostTensor {
-            ne: [ow, oh, oc, of],
-            data,
-        })
+        Ok(clip_to_frames(&clip))
     }
 
     /// The soundtrack of the sampled audio values (packed order, already divided out of the
@@ -432,13 +414,15 @@ impl Generator for MiniMaxH3Pipeline {
         if !batch.control_frames.is_empty() {
             log::warn!("--control-video is read by Wan VACE models only; ignored");
         }
+        // `-M img_gen`: the shortest clip (5 frames), of which the first is the image.
         let requested = batch.video_frames.unwrap_or(1);
         let frames = align_frames(requested);
-        if frames != requested {
+        if frames != requested && batch.video_frames.is_some() {
             log::warn!(
                 "MiniMax-H3 makes 17k + 5 frames: {requested} requested, {frames} generated"
             );
         }
+        self.image_only = batch.video_frames.is_none();
         crate::pipeline::check_size(batch.width, batch.height, self.size_multiple())?;
         self.batch = Some(Prepared {
             width: batch.width,
@@ -507,7 +491,17 @@ impl Generator for MiniMaxH3Pipeline {
             ne: [p.width, p.height, p.frames, p.channels],
             data: video.to_vec(),
         };
-        self.decode_video(&z, job.tiling)
+        let frames = self.decode_video(&z, job.tiling)?;
+        if self.image_only {
+            // An image has no soundtrack; the first frame is the picture.
+            self.audio = None;
+            let [w, h, c, _] = frames.ne;
+            return Ok(HostTensor {
+                ne: [w, h, c, 1],
+                data: frames.data[..w * h * c].to_vec(),
+            });
+        }
+        Ok(frames)
     }
 
     fn take_audio(&mut self) -> Option<Audio> {

@@ -350,23 +350,8 @@ impl WanPipeline {
             data: z,
         };
         let out = self.vae.decode_video(&z, tiling)?;
-        // [W, H, F, 3] in [-1, 1] → [W, H, 3, F] in [0, 1].
-        let [ow, oh, of, oc] = out.ne;
-        let mut data = vec![0f32; out.data.len()];
-        for fr in 0..of {
-            for ch in 0..oc {
-                let src = &out.data[(ch * of + fr) * ow * oh..(ch * of + fr + 1) * ow * oh];
-                let dst = &mut data[(fr * oc + ch) * ow * oh..(fr * oc + ch + 1) * ow * oh];
-                for (d, s) in dst.iter_mut().zip(src) {
-                    *d = (s * 0.5 + 0.5).clamp(0.0, 1.0);
-                }
-            }
-        }
         log::debug!("wan: decode {:.2}s", t.elapsed().as_secs_f64());
-        Ok(HostTensor {
-            ne: [ow, oh, oc, of],
-            data,
-        })
+        Ok(crate::pipeline::vae::clip_to_frames(&out))
     }
 }
 
