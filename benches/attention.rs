@@ -12,26 +12,9 @@ use std::time::Instant;
 use sd_cli::dtype::DType;
 use sd_cli::ggml::{Arena, Backend, Context, Gallocr, Graph};
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) - 0.5
-        })
-        .collect()
-}
+#[path = "common/kernels.rs"]
+mod kernels;
+use kernels::{arg, pseudo_random};
 
 /// Best seconds of the attention through the blocked kernel (`blocked`) or ggml's fused one.
 fn bench_ours(
@@ -53,7 +36,7 @@ fn bench_ours(
     for (i, id) in ids.iter().enumerate() {
         inputs
             .get(*id)
-            .write_f32(&values(dim * n, i as u32 + 1))
+            .write_f32(&pseudo_random(dim * n, i as u32 + 1))
             .expect("write");
     }
     let (q, k, v) = (inputs.get(ids[0]), inputs.get(ids[1]), inputs.get(ids[2]));

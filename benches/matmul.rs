@@ -17,26 +17,9 @@ use sd_cli::runner::convert_f32;
 const DEFAULT_K: usize = 1152;
 const DEFAULT_M: usize = 4608;
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) - 0.5
-        })
-        .collect()
-}
+#[path = "common/kernels.rs"]
+mod kernels;
+use kernels::{arg, pseudo_random};
 
 /// Times only the graph compute (weights and input already on the backend).
 fn bench_ggml(
