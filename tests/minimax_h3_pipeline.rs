@@ -328,15 +328,30 @@ fn image_mode_is_the_first_frame_of_the_shortest_clip() {
 }
 
 #[test]
-fn keyframes_are_refused_until_implemented() {
+fn keyframes_without_vision_weights_condition_through_latents() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("k.png");
-    let pixels = vec![90; 48 * 32 * 3];
+    let pixels = (0..48 * 32 * 3).map(|i| (i % 251) as u8).collect();
     let image =
         sd_cli::image_io::Image::new(48, 32, sd_cli::image_io::Channels::Rgb, pixels).unwrap();
     sd_cli::image_io::write_png_atomic(&img, &image, &[]).unwrap();
-    let o = run(&tmp.path().join("x.avi"), &["--init-img", s(&img)]);
+    // This --llm file has no vision tower: the picture is left out of the prompt, with a
+    // warning, and the keyframe still conditions through its latent rows.
+    let plain = tmp.path().join("plain_%d.png");
+    let o = run(&plain, &["--video-frames", "5"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let keyed = tmp.path().join("keyed_%d.png");
+    let o = run(&keyed, &["--video-frames", "5", "--init-img", s(&img)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("left out of the prompt"), "{err}");
+    let a = read_png(&tmp.path().join("plain_0.png")).unwrap();
+    let b = read_png(&tmp.path().join("keyed_0.png")).unwrap();
+    assert_ne!(a.data, b.data, "the keyframe changes the video");
+
+    // References (Ref2VA) are not implemented: refused with a message naming them.
+    let o = run(&tmp.path().join("x.avi"), &["-r", s(&img)]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--init-img"), "{err}");
+    assert!(err.contains("-r"), "{err}");
 }

@@ -408,6 +408,7 @@ fn run_batch(
             guidance: info.guidance,
             plan: &plan,
             strength: cfg.strength,
+            seed: seed as u64,
             noise_rng: noise_rng.as_mut(),
             sampler_rng: sampler_rng.as_mut(),
             tiling: tiling.as_ref(),

@@ -40,7 +40,7 @@ pub use params::{
 };
 pub use pil_resize::{resize_pil, resize_pil_luma, PilFilter};
 pub use read::{read_png, read_png_from_bytes, MAX_FILE_BYTES, MAX_PIXELS, MAX_SIDE};
-pub use resize::resize_bilinear;
+pub use resize::{crop_to_aspect, resize_bilinear, resize_nearest};
 pub use write::{write_generation_png, write_png_atomic};
 
 use std::path::PathBuf;

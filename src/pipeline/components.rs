@@ -161,6 +161,8 @@ pub enum Required {
     Always,
     /// Only when the run has reference images (`-r`).
     WithReferences,
+    /// Only when the run has condition images (`--init-img`, `--end-img`, `-r`).
+    WithImages,
     /// Loaded when a file provides it (the SDXL refiner has no CLIP-L).
     Optional,
 }
@@ -337,6 +339,7 @@ impl ComponentFiles {
             let needed = match spec.required {
                 Required::Always | Required::Optional => true,
                 Required::WithReferences => needs.references,
+                Required::WithImages => needs.encoder,
             };
             if !needed || self.get(spec.id).is_some() {
                 continue;

@@ -200,6 +200,8 @@ pub struct ImageJob<'a> {
     pub plan: &'a SamplingPlan,
     /// `--strength` (img2img).
     pub strength: f32,
+    /// This image's seed (`-s` + its index in the batch), which `noise_rng` was seeded with.
+    pub seed: u64,
     pub noise_rng: &'a mut dyn Rng,
     pub sampler_rng: &'a mut dyn Rng,
     pub tiling: Option<&'a TileSettings>,

@@ -17,6 +17,7 @@ pub mod passes;
 pub mod pixart;
 pub mod preview;
 pub mod prompt;
+pub mod qwen3_vision;
 pub mod qwen_image;
 pub mod qwen_image_2_1;
 pub mod ref_args;

@@ -8,16 +8,18 @@
 //! verbatim (no template, no special tokens) through the encoder's first 50 layers without a
 //! final norm; the `discrete` flow schedule with the video shift (12, `--flow-shift`) and the
 //! audio carried on it with its shift 3 (`carrier`); CFG as `uncond + cfg · (cond − uncond)`
-//! on the packed output. Keyframe (`--init-img`/`--end-img`) and reference (`-r`,
-//! `--ref-video`, `--ref-audio`) conditioning are not implemented yet.
+//! on the packed output. Keyframes (`--init-img`, `--end-img`: I2VA / FL2VA) condition as
+//! `keyframes` describes; references (`-r`, `--ref-video`, `--ref-audio`: Ref2VA) are not
+//! implemented yet.
 
 mod carrier;
 mod frames;
+pub mod keyframes;
 mod pipeline;
 
 pub use carrier::{remap_sigma, CarrierPoint, Packing, AUDIO_SHIFT};
 pub use frames::{align_frames, audio_latents, FPS};
-pub use pipeline::MiniMaxH3Pipeline;
+pub use pipeline::{MiniMaxH3Pipeline, TextCondition};
 
 use crate::error::Result;
 use crate::pipeline::components::{
@@ -48,6 +50,16 @@ pub(crate) const AUDIO_VAE: ComponentSpec = ComponentSpec {
     what: "the MiniMax-H3 audio VAE",
     flags: &[ModelFlag::AudioVae],
     required: Required::Optional,
+    metadata: None,
+};
+
+/// The vision tower for the keyframes' pictures: a `--llm_vision` file, else the LLM file
+/// when it holds the tower; loaded only with `--init-img` / `--end-img`.
+pub(crate) const VISION: ComponentSpec = ComponentSpec {
+    id: ComponentId::LlmVision,
+    what: "the Qwen3-VL vision tower",
+    flags: &[ModelFlag::LlmVision, ModelFlag::Llm],
+    required: Required::WithImages,
     metadata: None,
 };
 
@@ -82,7 +94,7 @@ impl Family for MiniMaxH3Family {
     }
 
     fn components(&self) -> &'static [ComponentSpec] {
-        &[DIFFUSION, LLM, VAE, AUDIO_VAE]
+        &[DIFFUSION, LLM, VAE, AUDIO_VAE, VISION]
     }
 
     fn defaults(&self) -> Defaults {

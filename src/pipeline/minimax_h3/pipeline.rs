@@ -2,25 +2,33 @@
 //! the video and the soundtrack.
 
 use std::cell::Cell;
+use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
 use super::carrier::{CarrierPoint, Packing};
 use super::frames::{align_frames, audio_latents, FPS};
+use super::keyframes::{self, fit_keyframes, presentation, visual_noise, IMAGE_PAD};
 use super::{AUDIO_VAE, CONTEXT_CACHE, DIFFUSION, FLOW_SHIFT, LLM, TEXT_LAYER, VAE};
 use crate::error::{Error, Result};
 use crate::image_io::audio::Audio;
 use crate::models::dit::minimax_h3::{
-    self, layout, LayoutRequest, MiniMaxH3, MiniMaxH3Config, MiniMaxH3Hints, MiniMaxH3Inputs,
+    self, layout, Keyframe, LayoutRequest, MiniMaxH3, MiniMaxH3Config, MiniMaxH3Hints,
+    MiniMaxH3Inputs,
 };
-use crate::models::te::qwen3::{self, qwen3_hparams, Qwen3Config, Qwen3Source, Qwen3TextModel};
+use crate::models::te::qwen3::{
+    self, qwen3_hparams, qwen3_mrope_section, Qwen3Config, Qwen3MmInput, Qwen3Source,
+    Qwen3TextModel, VisionEmbeds, DEFAULT_MROPE_SECTION,
+};
 use crate::models::vae::minimax_h3_audio_vae::MiniMaxH3AudioVae;
 use crate::models::vae::minimax_h3_vae::{
-    decode_video_tiled, denormalize_video_latent, LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig,
+    decode_video_tiled, denormalize_video_latent, encode_video_tiled, normalize_video_latent,
+    LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig,
 };
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
 use crate::pipeline::family::{BatchInputs, Generator, ImageJob, LoadContext, Prepared, SizeRule};
 use crate::pipeline::memo::Memo;
+use crate::pipeline::qwen3_vision::Vision;
 use crate::pipeline::text::load_qwen_tokenizer_of;
 use crate::pipeline::vae::clip_to_frames;
 use crate::pipeline::SampleJob;
@@ -37,11 +45,15 @@ pub struct MiniMaxH3Pipeline {
     vae: Loaded<MiniMaxH3Vae>,
     stats: LatentStats,
     audio_vae: Option<Loaded<MiniMaxH3AudioVae>>,
+    /// The Qwen3-VL vision tower, loaded for keyframe runs when the files hold it.
+    vision: Option<Vision>,
+    /// The batch's keyframes (`--init-img`, `--end-img`), encoded once per batch.
+    keyframes: Option<Keyframes>,
     /// The video flow shift (`--flow-shift`, else 12).
     shift: f32,
     schedule: ModelSchedule,
     prediction: Prediction,
-    states: Memo<Option<HostTensor>>,
+    states: Memo<Option<TextCondition>>,
     /// `minimax_h3_context_cache`, and whether it is still on for this run (an allocation
     /// failure turns it off until the run ends, as upstream).
     context_cache: bool,
@@ -75,6 +87,7 @@ impl MiniMaxH3Pipeline {
         bar.tick();
 
         let (theta, eps) = qwen3_hparams(&llm_files.store);
+        let mrope = qwen3_mrope_section(&llm_files.store).unwrap_or(DEFAULT_MROPE_SECTION);
         let src = Qwen3Source::new(&llm_files.store, ComponentId::Llm.prefix());
         let opts = ctx.load_options(ComponentId::Llm, true)?;
         let text_dim = dit.model.config().text_dim;
@@ -87,9 +100,14 @@ impl MiniMaxH3Pipeline {
                     config.hidden
                 )));
             }
-            Ok(Qwen3TextModel::new_truncated(wb, config)?)
+            Ok(Qwen3TextModel::new_truncated(wb, config)?.with_mrope_section(mrope))
         })?;
         let tokenizer = load_qwen_tokenizer_of(llm_files)?;
+        let vision = if ctx.needs.encoder {
+            Self::load_vision(files, llm_files, ctx, te.model.config().hidden)?
+        } else {
+            None
+        };
         bar.tick();
 
         let json = vae_files.config();
@@ -104,8 +122,8 @@ impl MiniMaxH3Pipeline {
                     config.latent_channels
                 )));
             }
-            // Keyframe conditioning is not implemented: the decoder is all that runs.
-            config.encoder = false;
+            // The encoder runs for keyframes only.
+            config.encoder = ctx.needs.encoder;
             Ok(MiniMaxH3Vae::new(wb, config)?)
         })?;
         let stats = vae.model.latent_stats().cloned().ok_or_else(|| {
@@ -153,6 +171,8 @@ impl MiniMaxH3Pipeline {
             vae,
             stats,
             audio_vae,
+            vision,
+            keyframes: None,
             shift,
             schedule: ModelSchedule::Flow { shift },
             prediction: ctx.prediction.unwrap_or(Prediction::Sd3Flow),
@@ -165,30 +185,146 @@ impl MiniMaxH3Pipeline {
         })
     }
 
-    /// The prompt's states [text_dim, tokens] (`None` for a prompt without tokens): the text
-    /// verbatim, no special tokens, the output of the first 50 layers (all of the released
-    /// truncated export) before any final norm.
-    pub fn encode_prompt(&self, prompt: &str) -> Result<Option<HostTensor>> {
+    /// The Qwen3-VL vision tower for the keyframes' pictures, when the files hold it (a
+    /// `--llm_vision` file or the LLM file). Without it the pictures are left out of the
+    /// prompt and the keyframes condition through their latents alone, as upstream.
+    fn load_vision(
+        files: &ComponentFiles,
+        llm_files: &crate::pipeline::components::ComponentStore,
+        ctx: &LoadContext<'_>,
+        hidden: usize,
+    ) -> Result<Option<Vision>> {
+        let Some(vision_files) = files.get(ComponentId::LlmVision).filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        let opts = ctx.load_options(ComponentId::LlmVision, false)?;
+        let v = match Vision::load(
+            vision_files,
+            llm_files,
+            opts,
+            "MiniMax-H3 keyframe pictures",
+        ) {
+            Ok(v) => v,
+            Err(e) => {
+                log::warn!(
+                    "{e}; the keyframes condition the video through their latents only                      (their pictures are left out of the prompt)"
+                );
+                return Ok(None);
+            }
+        };
+        if v.out_hidden() != hidden {
+            return Err(Error::Unsupported(format!(
+                "the vision tower's output size {} does not match the text encoder's hidden                  size {hidden}",
+                v.out_hidden()
+            )));
+        }
+        Ok(Some(v))
+    }
+
+    /// The condition of `prompt` (`None` for a prompt without tokens): its states
+    /// [text_dim, tokens] and each row's modality tag. The text goes verbatim, no special
+    /// tokens, through the first 50 layers (all of the released truncated export) before any
+    /// final norm; with keyframe pictures it opens with their labelled vision blocks.
+    pub fn encode_condition(&self, prompt: &str) -> Result<Option<TextCondition>> {
+        let pictures = self.keyframes.as_ref().filter(|k| !k.vision.is_empty());
+        let key = match pictures {
+            Some(k) => format!("{:016x}\u{0}{prompt}", k.id),
+            None => prompt.to_owned(),
+        };
         self.states
-            .get_or_try(prompt, || -> Result<Option<HostTensor>> {
-                let ids: Vec<i32> = self
-                    .tokenizer
-                    .encode(prompt)
-                    .into_iter()
-                    .map(|i| i as i32)
-                    .collect();
-                if ids.is_empty() {
-                    return Ok(None);
-                }
+            .get_or_try(&key, || -> Result<Option<TextCondition>> {
                 let layers = self.te.model.config().layers;
-                let run = (layers > TEXT_LAYER).then_some(TEXT_LAYER);
-                Ok(Some(qwen3::encode_layers(
-                    &self.te.runner,
-                    &self.te.model,
-                    &ids,
-                    run,
-                )?))
+                // hidden_states[50], or the last layer's output of a shallower export.
+                let run = Some(layers.min(TEXT_LAYER));
+                let Some(k) = pictures else {
+                    let ids: Vec<i32> = self
+                        .tokenizer
+                        .encode(prompt)
+                        .into_iter()
+                        .map(|i| i as i32)
+                        .collect();
+                    if ids.is_empty() {
+                        return Ok(None);
+                    }
+                    let states = qwen3::encode_layers(&self.te.runner, &self.te.model, &ids, run)?;
+                    let tags = vec![layout::TEXT_TAG as u8; ids.len()];
+                    return Ok(Some(TextCondition { states, tags }));
+                };
+                let pad_id = self
+                    .tokenizer
+                    .token_to_id(IMAGE_PAD)
+                    .and_then(|i| i32::try_from(i).ok())
+                    .ok_or_else(|| {
+                        Error::Unsupported(format!(
+                            "the Qwen tokenizer has no {IMAGE_PAD} token for the keyframe pictures"
+                        ))
+                    })?;
+                let pads: Vec<usize> = k.vision.iter().map(|v| v.grid_h * v.grid_w).collect();
+                let (ids, tags) = presentation(&self.tokenizer, prompt, &pads);
+                let ids: Vec<i32> = ids.into_iter().map(|i| i as i32).collect();
+                let c = self.te.model.config();
+                let input = Qwen3MmInput::from_images(ids, pad_id, &k.vision, c.hidden)?;
+                let states =
+                    qwen3::encode_multimodal_layers(&self.te.runner, &self.te.model, &input, run)?;
+                Ok(Some(TextCondition { states, tags }))
             })
+    }
+
+    /// The batch's keyframe latents (normalised, before the visual noise) in packed order.
+    pub fn keyframe_latents(&self) -> Vec<&HostTensor> {
+        self.keyframes
+            .iter()
+            .flat_map(|k| k.latents.iter().map(|(z, _)| z))
+            .collect()
+    }
+
+    /// Encodes the batch's keyframes: their latents (normalised, before the visual noise,
+    /// which depends on each image's seed) and, with the vision tower, their pictures.
+    fn encode_keyframes(
+        &self,
+        images: &[keyframes::KeyframeImage],
+        tiling: Option<&TileSettings>,
+    ) -> Result<Keyframes> {
+        let t = Instant::now();
+        let mut bar = Progress::new("keyframes", images.len());
+        let mut latents = Vec::with_capacity(images.len());
+        let mut vision = Vec::new();
+        for (i, k) in images.iter().enumerate() {
+            let img = &k.image;
+            let (w, h) = (img.width as usize, img.height as usize);
+            let pixels =
+                HostTensor::from_u8_interleaved(w, h, 3, 3, &img.data).map(|v| v * 2.0 - 1.0);
+            let clip = HostTensor {
+                ne: [w, h, 1, 3],
+                data: pixels.data,
+            };
+            let mut z = encode_video_tiled(&self.vae.model, &self.vae.runner, &clip, tiling)?;
+            normalize_video_latent(&self.stats, &mut z)?;
+            latents.push((z, k.anchor));
+            if let Some(v) = &self.vision {
+                let factor = v.preprocess().factor();
+                let (rgb, vw, vh) = keyframes::vision_input(img, factor)?;
+                vision.push(v.embed(&rgb, vw, vh)?);
+            }
+            bar.set(i + 1);
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for (z, a) in &latents {
+            z.data.iter().for_each(|v| v.to_bits().hash(&mut hasher));
+            (*a == Keyframe::Last).hash(&mut hasher);
+        }
+        for e in &vision {
+            e.embeds
+                .data
+                .iter()
+                .for_each(|v| v.to_bits().hash(&mut hasher));
+        }
+        log::debug!("minimax_h3: keyframes {:.2}s", t.elapsed().as_secs_f64());
+        Ok(Keyframes {
+            latents,
+            vision,
+            id: hasher.finish(),
+        })
     }
 
     /// The sampler's velocity of packed latent `x` at `sigma` for condition `text`; with the
@@ -202,14 +338,14 @@ impl MiniMaxH3Pipeline {
         sigma: f32,
     ) -> Result<Vec<f32>> {
         if !self.cache_live.get() {
-            return self.velocity_with(x, p, text.states, None, sigma);
+            return self.velocity_with(x, p, text, None, sigma);
         }
-        match self.velocity_with(x, p, text.states, Some(text.cache_key), sigma) {
+        match self.velocity_with(x, p, text, Some(text.cache_key), sigma) {
             Err(Error::Runner(e)) if e.is_alloc_failure() => {
                 log::warn!("MiniMax-H3: out of memory with the context cache; running without it");
                 self.clear_context_cache();
                 self.cache_live.set(false);
-                self.velocity_with(x, p, text.states, None, sigma)
+                self.velocity_with(x, p, text, None, sigma)
             }
             other => other,
         }
@@ -223,10 +359,11 @@ impl MiniMaxH3Pipeline {
         &self,
         x: &[f32],
         p: &Packing,
-        text: Option<&HostTensor>,
+        cond: &Condition<'_>,
         cache_key: Option<&str>,
         sigma: f32,
     ) -> Result<Vec<f32>> {
+        let text = cond.text.map(|t| &t.states);
         let c = self.dit.model.config();
         let point = CarrierPoint::new(sigma, self.shift);
         let (video, carrier) = p.split(x);
@@ -235,17 +372,28 @@ impl MiniMaxH3Pipeline {
             ne: [p.width, p.height, p.frames, p.channels],
             data: video.to_vec(),
         };
-        let rows = minimax_h3::patchify(&latent, c.patch);
+        let mut rows = minimax_h3::patchify(&latent, c.patch);
+        let mut anchors: &[Keyframe] = &[];
+        if let Some(k) = cond.keyframes {
+            // Keyframe rows go in front of the generated ones.
+            let mut data = k.rows.data.clone();
+            data.extend_from_slice(&rows.data);
+            rows = HostTensor {
+                ne: [rows.ne[0], k.rows.ne[1] + rows.ne[1], 1, 1],
+                data,
+            };
+            anchors = &k.anchors;
+        }
         let audio_rows = p.audio_rows(&x_a);
-        let tags = vec![layout::TEXT_TAG as u8; text.map_or(0, |t| t.ne[1])];
+        let tags = cond.text.map_or(&[][..], |t| &t.tags[..]);
         let lay = layout::build(&LayoutRequest {
-            text_tags: &tags,
+            text_tags: tags,
             latent_frames: p.frames,
             latent_height: p.height,
             latent_width: p.width,
             patch: c.patch,
             audio_latents: p.audio_len,
-            keyframes: &[],
+            keyframes: anchors,
             video_t: 1.0 - point.sigma_v,
             audio_t: 1.0 - point.sigma_a,
         })
@@ -292,6 +440,29 @@ impl MiniMaxH3Pipeline {
             minimax_h3::unpatchify(&v, p.channels, [p.frames, p.height, p.width], c.patch);
         let v_a = p.audio_values_of_rows(&a.data);
         Ok(p.join(&video_v.data, &point.carrier_velocity(&x_a, &v_a)))
+    }
+
+    /// The keyframe rows of an image with seed `seed`: each latent with its visual noise,
+    /// patchified, in packed order.
+    fn keyframe_rows(&self, seed: u64) -> Option<KeyframeRows> {
+        let k = self.keyframes.as_ref().filter(|k| !k.latents.is_empty())?;
+        let patch = self.dit.model.config().patch;
+        let mut data = Vec::new();
+        let mut count = 0;
+        let mut width = 0;
+        for (z, _) in &k.latents {
+            let rows = minimax_h3::patchify(&visual_noise(z, seed), patch);
+            width = rows.ne[0];
+            count += rows.ne[1];
+            data.extend_from_slice(&rows.data);
+        }
+        Some(KeyframeRows {
+            rows: HostTensor {
+                ne: [width, count, 1, 1],
+                data,
+            },
+            anchors: k.latents.iter().map(|(_, a)| *a).collect(),
+        })
     }
 
     /// Sizes are rounded up to a multiple of this: the VAE's factor × the patch (32 for the
@@ -357,9 +528,34 @@ impl MiniMaxH3Pipeline {
 /// Names of the context cache's entries start with this.
 const CACHE_PREFIX: &str = "minimax_h3.ctx.";
 
-/// One condition: its text states and its context-cache entry.
+/// A prompt's transformer condition: its states [text_dim, tokens] and each row's modality
+/// tag (text, or video for a keyframe picture's vision block).
+#[derive(Clone, Debug)]
+pub struct TextCondition {
+    pub states: HostTensor,
+    pub tags: Vec<u8>,
+}
+
+/// The batch's keyframes, encoded.
+struct Keyframes {
+    /// Normalised latents [w, h, 1, C] (before the visual noise) and their anchors.
+    latents: Vec<(HostTensor, Keyframe)>,
+    /// The pictures' vision embeddings (empty without the vision tower).
+    vision: Vec<VisionEmbeds>,
+    /// Fingerprint of the above (prompt conditions are memoised per prompt and keyframes).
+    id: u64,
+}
+
+/// One image's keyframe rows: the noised latents patchified, in packed order.
+struct KeyframeRows {
+    rows: HostTensor,
+    anchors: Vec<Keyframe>,
+}
+
+/// One condition: its text, the keyframe rows and its context-cache entry.
 struct Condition<'a> {
-    states: Option<&'a HostTensor>,
+    text: Option<&'a TextCondition>,
+    keyframes: Option<&'a KeyframeRows>,
     cache_key: &'static str,
 }
 
@@ -399,11 +595,9 @@ impl Generator for MiniMaxH3Pipeline {
     }
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
-        if !batch.refs.is_empty() || batch.init.is_some() || batch.end.is_some() {
+        if !batch.refs.is_empty() {
             return Err(Error::Unsupported(
-                "MiniMax-H3 keyframe (--init-img/--end-img) and reference (-r) conditioning \
-                 are not implemented yet"
-                    .into(),
+                "MiniMax-H3 reference (-r) conditioning (Ref2VA) is not implemented yet".into(),
             ));
         }
         if batch.mask.is_some() || batch.hires {
@@ -424,6 +618,17 @@ impl Generator for MiniMaxH3Pipeline {
         }
         self.image_only = batch.video_frames.is_none();
         crate::pipeline::check_size(batch.width, batch.height, self.size_multiple())?;
+        self.keyframes = None;
+        let images = fit_keyframes(batch.init, batch.end, batch.width, batch.height);
+        if !images.is_empty() {
+            if self.vision.is_none() {
+                log::warn!(
+                    "MiniMax-H3: no Qwen3-VL vision weights (--llm_vision, or an --llm file \
+                     holding them): the keyframes' pictures are left out of the prompt"
+                );
+            }
+            self.keyframes = Some(self.encode_keyframes(&images, batch.tiling)?);
+        }
         self.batch = Some(Prepared {
             width: batch.width,
             height: batch.height,
@@ -439,12 +644,13 @@ impl Generator for MiniMaxH3Pipeline {
         let frames = batch.extra;
         let p = self.packing(batch.width, batch.height, frames);
         let t0 = Instant::now();
-        let cond = self.encode_prompt(job.prompt)?;
+        let cond = self.encode_condition(job.prompt)?;
         let uncond = if job.guidance.needs_uncond() {
-            Some(self.encode_prompt(job.negative_prompt)?)
+            Some(self.encode_condition(job.negative_prompt)?)
         } else {
             None
         };
+        let keyframe_rows = self.keyframe_rows(job.seed);
         log::debug!("minimax_h3: condition {:.2}s", t0.elapsed().as_secs_f64());
         let t1 = Instant::now();
         self.clear_context_cache();
@@ -453,11 +659,13 @@ impl Generator for MiniMaxH3Pipeline {
             pipe: self,
             packing: p,
             cond: Condition {
-                states: cond.as_ref(),
+                text: cond.as_ref(),
+                keyframes: keyframe_rows.as_ref(),
                 cache_key: "minimax_h3.ctx.cond",
             },
             uncond: uncond.as_ref().map(|u| Condition {
-                states: u.as_ref(),
+                text: u.as_ref(),
+                keyframes: keyframe_rows.as_ref(),
                 cache_key: "minimax_h3.ctx.uncond",
             }),
         };

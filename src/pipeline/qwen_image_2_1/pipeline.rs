@@ -170,7 +170,7 @@ impl QwenImage21Pipeline {
         let vision = if ctx.needs.references {
             let vision_files = files.require(&VISION)?;
             let opts = ctx.load_options(ComponentId::LlmVision, false)?;
-            let v = edit::Vision::load(vision_files, llm_files, opts)?;
+            let v = edit::Vision::load(vision_files, llm_files, opts, "Qwen Image 2.1 editing")?;
             if v.out_hidden() != te.model.config().hidden {
                 return Err(Error::Unsupported(format!(
                     "the vision tower's output size {} does not match the LLM's hidden size {}",

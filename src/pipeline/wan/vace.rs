@@ -17,7 +17,7 @@
 
 use super::condition::encode_normalised;
 use crate::error::{Error, Result};
-use crate::image_io::{Channels, Image};
+use crate::image_io::{crop_to_aspect, Image};
 use crate::models::vae::wan_vae::LatentStats;
 use crate::pipeline::vae::VaeStage;
 use crate::tensor::HostTensor;
@@ -33,34 +33,7 @@ pub struct VaceCondition {
 /// `img` centre-cropped to the aspect ratio of `width × height` (upstream's integer crop),
 /// then resized to that size: [W, H, 3] in [0, 1].
 fn fit_frame(vae: &VaeStage, img: &Image, width: usize, height: usize) -> HostTensor {
-    let (sw, sh) = (img.width as usize, img.height as usize);
-    let dst = width as f32 / height as f32;
-    let src = sw as f32 / sh as f32;
-    let (cw, ch) = if src > dst {
-        ((sh as f32 * dst) as usize, sh)
-    } else if src < dst {
-        (sw, (sw as f32 / dst) as usize)
-    } else {
-        (sw, sh)
-    };
-    let (cw, ch) = (cw.clamp(1, sw), ch.clamp(1, sh));
-    if (cw, ch) == (sw, sh) {
-        return vae.init_pixels(img, width, height);
-    }
-    let (x0, y0) = ((sw - cw) / 2, (sh - ch) / 2);
-    let rgb = img.to_rgb();
-    let mut data = Vec::with_capacity(cw * ch * 3);
-    for y in y0..y0 + ch {
-        let row = (y * sw + x0) * 3;
-        data.extend_from_slice(&rgb.data[row..row + cw * 3]);
-    }
-    let cropped = Image {
-        width: cw as u32,
-        height: ch as u32,
-        channels: Channels::Rgb,
-        data,
-    };
-    vae.init_pixels(&cropped, width, height)
+    vae.init_pixels(&crop_to_aspect(img, width, height), width, height)
 }
 
 /// The control video [W, H, F, 3] in [−1, 1]: the frames in order, grey after them.

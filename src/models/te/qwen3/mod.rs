@@ -79,3 +79,15 @@ pub fn encode_normed(
 pub fn check_ids(ids: &[i32], vocab: usize) -> Result<(), RunnerError> {
     super::check_token_ids(ids, vocab, "the Qwen3 token sequence")
 }
+
+/// The multimodal forward ([`Qwen3TextModel::forward_multimodal`]) through the first `layers`
+/// decoder layers (all when `None`), before the final norm: [hidden, n].
+pub fn encode_multimodal_layers(
+    runner: &Runner,
+    model: &Qwen3TextModel,
+    input: &Qwen3MmInput,
+    layers: Option<usize>,
+) -> Result<HostTensor, RunnerError> {
+    check_ids(input.ids(), model.config().vocab)?;
+    runner.compute_one(|g| Ok::<_, RunnerError>(model.forward_multimodal(g, input, layers, false)))
+}

@@ -221,7 +221,10 @@ impl Qwen3TextModel {
     /// The multimodal forward (transformers `Qwen3VLModel` language path with images): the
     /// token embeddings with the image-pad rows replaced by the vision embeddings, interleaved
     /// mRoPE at the input's 3-D positions, deepstack level `i` added after decoder layer `i`.
-    /// Layers / final norm as in [`Self::forward`]. Returns [hidden, n].
+    /// Layers / final norm as in [`Self::forward`]. With `layers_to_run = Some(k)` the result is
+    /// transformers' `hidden_states[k]`, the output of layer k − 1 as the layer returns it: a
+    /// deepstack level due after that layer is not added (only a model no deeper than its
+    /// deepstack sees the difference). Returns [hidden, n].
     pub fn forward_multimodal<'g>(
         &self,
         g: &'g GraphCtx<'g>,
@@ -244,11 +247,16 @@ impl Qwen3TextModel {
             .enumerate()
             .map(|(i, d)| g.input_f32(&format!("qwen3.deepstack.{i}"), [c.hidden, n, 1, 1], d))
             .collect();
+        let count = layers_to_run.unwrap_or(c.layers).min(c.layers);
+        let deepstack = match layers_to_run {
+            Some(_) => &deepstack[..deepstack.len().min(count.saturating_sub(1))],
+            None => &deepstack[..],
+        };
         self.run_layers(
             g,
             x,
             Rope::Interleaved(pos, sections),
-            &deepstack,
+            deepstack,
             layers_to_run,
             final_norm,
         )

@@ -1,0 +1,138 @@
+//! First/last-frame conditioning (I2VA with `--init-img`, FL2VA with `--end-img` too), as
+//! upstream sd-cli does it:
+//!
+//! - each keyframe is centre-cropped to the output's aspect ratio and resized to the output
+//!   size, VAE-encoded to its posterior mean (one latent frame), normalised with the latent
+//!   statistics, and held just short of clean: `0.999·z + (1 − 0.999)·ε` with ε from a fresh
+//!   Philox generator seeded with the image's seed (so both keyframes get the same ε, and the
+//!   sampler's noise is untouched);
+//! - its latent patches are extra transformer rows in front of the generated ones (they are
+//!   never sampled, and their outputs are dropped); a "first" keyframe sits at the clock's
+//!   start, a "last" one at the last frame's time (`layout`);
+//! - the prompt opens with a `<Picture i>: ` label and a vision block per keyframe, whose
+//!   `<|image_pad|>` rows take the Qwen3-VL vision tower's embeddings (deepstack included);
+//!   the block's rows are tagged as video for the transformer's AdaLN. The negative prompt
+//!   carries the same pictures.
+//!
+//! diffusers' `MiniMaxH3` FL2VA blocks differ: they sample the posterior under seed 42 and
+//! round it to f16, draw ε from the request's generator before the start noise, stretch (not
+//! crop) the first keyframe, and resize the vision input with the checkpoint's processor.
+
+use crate::image_io::{crop_to_aspect, resize_bilinear, resize_nearest, Image};
+use crate::models::dit::minimax_h3::{layout, Keyframe};
+use crate::models::te::qwen3_vl_vision::smart_resize;
+use crate::rng::{PhiloxRng, Rng};
+use crate::tensor::HostTensor;
+use crate::tokenizers::BpeTokenizer;
+
+/// The timestep keyframe latents are noised to (upstream `VISUAL_COND_TIMESTEP`).
+pub const KEYFRAME_LEVEL: f32 = layout::KEYFRAME_T;
+/// Upstream's vision-input pixel bounds for MiniMax-H3 pictures (Qwen2-VL's processor values,
+/// not the Qwen3-VL checkpoint's).
+pub const VISION_MIN_PIXELS: u64 = 3136;
+pub const VISION_MAX_PIXELS: u64 = 12_845_056;
+
+pub const VISION_START: &str = "<|vision_start|>";
+pub const VISION_END: &str = "<|vision_end|>";
+pub const IMAGE_PAD: &str = "<|image_pad|>";
+
+/// One keyframe: the image at the output size and where it anchors.
+pub struct KeyframeImage {
+    pub image: Image,
+    pub anchor: Keyframe,
+}
+
+/// The batch's keyframes in packed order (`--init-img` first, then `--end-img`), each
+/// centre-cropped to the aspect of `width × height` and resized to it.
+pub fn fit_keyframes(
+    init: Option<&Image>,
+    end: Option<&Image>,
+    width: usize,
+    height: usize,
+) -> Vec<KeyframeImage> {
+    [(init, Keyframe::First), (end, Keyframe::Last)]
+        .into_iter()
+        .filter_map(|(img, anchor)| {
+            let img = img?.to_rgb();
+            let cropped = crop_to_aspect(&img, width, height);
+            Some(KeyframeImage {
+                image: resize_bilinear(&cropped, width as u32, height as u32),
+                anchor,
+            })
+        })
+        .collect()
+}
+
+/// `0.999·z + (1 − 0.999)·ε`, ε a fresh Philox stream of `seed` over the latent in order.
+pub fn visual_noise(z: &HostTensor, seed: u64) -> HostTensor {
+    let eps = PhiloxRng::new(seed).randn(z.data.len());
+    let keep = KEYFRAME_LEVEL;
+    let mix = 1.0 - KEYFRAME_LEVEL;
+    HostTensor {
+        ne: z.ne,
+        data: z
+            .data
+            .iter()
+            .zip(&eps)
+            .map(|(&x, &e)| x * keep + e * mix)
+            .collect(),
+    }
+}
+
+/// The vision tower's input for a keyframe: the image resized (nearest, as upstream) to the
+/// multiple of `factor` within upstream's pixel bounds; RGB u8 interleaved and its size.
+pub fn vision_input(img: &Image, factor: usize) -> crate::error::Result<(Vec<u8>, usize, usize)> {
+    let (w, h) = (img.width as usize, img.height as usize);
+    let (th, tw) = smart_resize(h, w, factor, VISION_MIN_PIXELS, VISION_MAX_PIXELS)
+        .map_err(|e| crate::error::Error::Unsupported(format!("keyframe vision input: {e}")))?;
+    let rgb = img.to_rgb();
+    let resized = resize_nearest(&rgb, tw as u32, th as u32);
+    Ok((resized.data, tw, th))
+}
+
+/// The prompt with its pictures: per keyframe `<Picture i>: ` + vision start + `pads[i]` image
+/// pads + vision end, then the prompt, all tokenized together as upstream does. Returns the
+/// ids and each token's modality tag (text, or video for a vision block).
+pub fn presentation(tokenizer: &BpeTokenizer, prompt: &str, pads: &[usize]) -> (Vec<u32>, Vec<u8>) {
+    let mut ids = Vec::new();
+    let mut tags = Vec::new();
+    let text = |s: &str, tag: usize, ids: &mut Vec<u32>, tags: &mut Vec<u8>| {
+        let t = tokenizer.encode(s);
+        tags.extend(std::iter::repeat_n(tag as u8, t.len()));
+        ids.extend(t);
+    };
+    for (i, &n) in pads.iter().enumerate() {
+        text(
+            &format!("<Picture {}>: ", i + 1),
+            layout::TEXT_TAG,
+            &mut ids,
+            &mut tags,
+        );
+        let block = format!("{VISION_START}{}{VISION_END}", IMAGE_PAD.repeat(n));
+        text(&block, layout::VIDEO_TAG, &mut ids, &mut tags);
+    }
+    text(prompt, layout::TEXT_TAG, &mut ids, &mut tags);
+    (ids, tags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visual_noise_mixes_a_fresh_philox_stream() {
+        let z = HostTensor {
+            ne: [2, 2, 1, 1],
+            data: vec![1.0, -1.0, 0.5, 0.0],
+        };
+        let a = visual_noise(&z, 42);
+        let b = visual_noise(&z, 42);
+        assert_eq!(a.data, b.data, "the same seed gives the same noise");
+        let eps = PhiloxRng::new(42).randn(4);
+        for i in 0..4 {
+            let want = z.data[i] * 0.999 + eps[i] * (1.0 - 0.999f32);
+            assert_eq!(a.data[i], want);
+        }
+        assert_ne!(visual_noise(&z, 43).data, a.data);
+    }
+}
