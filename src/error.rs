@@ -20,6 +20,8 @@ pub enum Error {
     #[error(transparent)]
     Video(#[from] crate::image_io::video::VideoError),
     #[error(transparent)]
+    Audio(#[from] crate::image_io::audio::AudioIoError),
+    #[error(transparent)]
     Sampling(#[from] crate::sampling::SamplingError),
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizers::TokenizerError),

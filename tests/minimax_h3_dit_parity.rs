@@ -94,6 +94,7 @@ fn case(name: &str) -> Case {
         patch: [1, 2, 2],
         audio_latents: p[3] as usize,
         keyframes,
+        references: &[],
         video_t: p[5],
         audio_t: p[6],
     })

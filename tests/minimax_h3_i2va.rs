@@ -145,6 +145,12 @@ fn i2va_matches_the_reference() {
 }
 
 #[test]
+fn ref2va_matches_the_reference() {
+    let (img, wav) = (dir().join("ref.png"), dir().join("ref.wav"));
+    check_case("ref2va", &["-r", s(&img), "--ref-audio", s(&wav)]);
+}
+
+#[test]
 fn fl2va_matches_the_reference() {
     let (first, last) = (dir().join("first.png"), dir().join("last.png"));
     check_case("fl2va", &["--init-img", s(&first), "--end-img", s(&last)]);
@@ -158,7 +164,11 @@ fn pipeline() -> MiniMaxH3Pipeline {
             component(ComponentId::Diffusion, &transformer()),
         )
         .with(ComponentId::Llm, component(ComponentId::Llm, &llm()))
-        .with(ComponentId::Vae, component(ComponentId::Vae, &vae()));
+        .with(ComponentId::Vae, component(ComponentId::Vae, &vae()))
+        .with(
+            ComponentId::AudioVae,
+            component(ComponentId::AudioVae, &audio_vae()),
+        );
     files.insert(
         ComponentId::LlmVision,
         component(ComponentId::LlmVision, &llm()),
@@ -175,6 +185,7 @@ fn pipeline() -> MiniMaxH3Pipeline {
             needs: Needs {
                 encoder: true,
                 references: false,
+                audio_references: true,
             },
             t5_tokenizer: None,
             prediction: None,
@@ -188,15 +199,20 @@ fn pipeline() -> MiniMaxH3Pipeline {
     .expect("pipeline loads")
 }
 
-fn prepare(pipe: &mut MiniMaxH3Pipeline, end: bool) {
+/// Prepares a batch: keyframes (`init`, `end`), or the Ref2VA references with `refs`.
+fn prepare(pipe: &mut MiniMaxH3Pipeline, case: &str) {
     let first = read_image(&dir().join("first.png")).unwrap();
     let last = read_image(&dir().join("last.png")).unwrap();
+    let refs = [read_image(&dir().join("ref.png")).unwrap()];
+    let audio = [read_wav(&dir().join("ref.wav")).unwrap()];
+    let reference = case == "ref2va";
     pipe.prepare(&BatchInputs {
         width: 64,
         height: 64,
-        init: Some(&first),
-        end: end.then_some(&last),
-        refs: &[],
+        init: (!reference).then_some(&first),
+        end: (case == "fl2va").then_some(&last),
+        refs: if reference { &refs } else { &[] },
+        ref_audio: if reference { &audio } else { &[] },
         mask: None,
         ref_args: &RefImageArgs::default(),
         tiling: None,
@@ -219,8 +235,8 @@ fn rel_err(got: &HostTensor, want: &HostTensor) -> f32 {
 fn conditions_carry_the_pictures() {
     let mut pipe = pipeline();
     let r = reference();
-    for (case, end) in [("i2va", false), ("fl2va", true)] {
-        prepare(&mut pipe, end);
+    for case in ["i2va", "fl2va", "ref2va"] {
+        prepare(&mut pipe, case);
         for (prompt, key) in [(PROMPT, "cond"), (NEGATIVE, "uncond")] {
             let c = pipe.encode_condition(prompt).unwrap().unwrap();
             let want = tensor(&r, &format!("{case}.{key}"));
@@ -232,9 +248,25 @@ fn conditions_carry_the_pictures() {
             let want: Vec<u8> = tags.data.iter().map(|&t| t as u8).collect();
             assert_eq!(c.tags, want, "{case} {key} tags");
         }
-        let latents = pipe.keyframe_latents();
-        assert_eq!(latents.len(), if end { 2 } else { 1 });
-        for (z, name) in latents.iter().zip(["first_latent", "last_latent"]) {
+        let latents = pipe.condition_latents();
+        let names: &[&str] = match case {
+            "i2va" => &["first_latent"],
+            "fl2va" => &["first_latent", "last_latent"],
+            _ => &["ref2va.ref_latent"],
+        };
+        assert_eq!(latents.len(), names.len());
+        if case == "ref2va" {
+            // (400, 4) rows in torch order are the [4, 400] rows here.
+            let want = tensor(&r, "ref2va.ref_audio_rows");
+            let got = HostTensor {
+                ne: want.ne,
+                data: pipe.condition_audio_rows().to_vec(),
+            };
+            let e = rel_err(&got, &want);
+            eprintln!("ref2va audio rows: rel err {e:.2e}");
+            assert!(e <= 1e-4, "reference audio rows: rel err {e:.2e}");
+        }
+        for (z, name) in latents.iter().zip(names) {
             // [24, 1, 16, 16] in torch order is [16, 16, 1, 24] here.
             let mut want = tensor(&r, name);
             want.ne = z.ne;

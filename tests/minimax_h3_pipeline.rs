@@ -328,7 +328,7 @@ fn image_mode_is_the_first_frame_of_the_shortest_clip() {
 }
 
 #[test]
-fn keyframes_without_vision_weights_condition_through_latents() {
+fn keyframes_without_vision_weights_condition_through_latents_and_refusals() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("k.png");
     let pixels = (0..48 * 32 * 3).map(|i| (i % 251) as u8).collect();
@@ -349,9 +349,16 @@ fn keyframes_without_vision_weights_condition_through_latents() {
     let b = read_png(&tmp.path().join("keyed_0.png")).unwrap();
     assert_ne!(a.data, b.data, "the keyframe changes the video");
 
-    // References (Ref2VA) are not implemented: refused with a message naming them.
-    let o = run(&tmp.path().join("x.avi"), &["-r", s(&img)]);
+    // Keyframes and references exclude each other; reference videos are not implemented.
+    let o = run(
+        &tmp.path().join("x.avi"),
+        &["--init-img", s(&img), "-r", s(&img)],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("-r"), "{err}");
+    assert!(err.contains("not both"), "{err}");
+    let o = run(&tmp.path().join("x.avi"), &["--ref-video", s(tmp.path())]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--ref-video"), "{err}");
 }

@@ -82,6 +82,8 @@ pub struct InputImages {
     pub vace_strength: f32,
     /// `-r`, in command-line order.
     pub refs: Vec<PathBuf>,
+    /// `--ref-audio` WAV files, in command-line order (MiniMax-H3 Ref2VA).
+    pub ref_audio: Vec<PathBuf>,
     pub increase_ref_index: bool,
     /// `--ref-image-args` (with `--disable-auto-resize-ref-image` folded in).
     pub ref_args: RefImageArgs,

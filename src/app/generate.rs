@@ -8,6 +8,7 @@ use super::preview::FilePreview;
 use super::upscale::Upscaler;
 use super::{HiresMethod, HiresSettings, RunConfig};
 use crate::error::{Error, Result};
+use crate::image_io::audio::{read_wav, Audio};
 use crate::image_io::{base_name, read_frames_dir, read_image, HiresUse, Image};
 use crate::pipeline::components::{
     ComponentFiles, ComponentId, ComponentStore, MetaSlot, ModelFlag, Needs,
@@ -31,6 +32,12 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .map(|p| read_image(p))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let mask = cfg.inputs.mask.as_deref().map(read_image).transpose()?;
+    let ref_audio = cfg
+        .inputs
+        .ref_audio
+        .iter()
+        .map(|p| read_wav(p))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     let end = cfg.inputs.end.as_deref().map(read_image).transpose()?;
     let control_frames = match &cfg.inputs.control_video {
         Some(dir) => {
@@ -82,6 +89,12 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             family.name()
         )));
     }
+    if !ref_audio.is_empty() && family.id() != "minimax_h3" {
+        return Err(Error::Unsupported(format!(
+            "--ref-audio conditions MiniMax-H3 (Ref2VA); {} takes no reference audio",
+            family.name()
+        )));
+    }
     if !control_frames.is_empty() && !family.makes_video() {
         log::warn!(
             "--control-video is read by Wan VACE models only; {} ignores it",
@@ -106,6 +119,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let needs = Needs {
         encoder: init.is_some() || end.is_some() || !refs.is_empty() || hires_encodes,
         references: !refs.is_empty(),
+        audio_references: !ref_audio.is_empty(),
     };
     let mut files = ComponentFiles::new(family.name()).with(ComponentId::Diffusion, diffusion);
     files.open_missing(family.components(), &cfg.models, needs)?;
@@ -150,6 +164,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         init: init.as_ref(),
         end: end.as_ref(),
         refs: &refs,
+        ref_audio: &ref_audio,
         mask: mask.as_ref(),
         control_frames: &control_frames,
         upscaler: upscaler.as_ref(),
@@ -222,6 +237,7 @@ struct RunInputs<'a> {
     mask: Option<&'a Image>,
     /// `--control-video`'s frames.
     control_frames: &'a [Image],
+    ref_audio: &'a [Audio],
     /// `--upscale-model`: applied to each image before it is written.
     upscaler: Option<&'a Upscaler>,
     /// The hires fix's model upscaler (`--hires-upscaler NAME`).
@@ -355,6 +371,7 @@ fn run_batch(
         init,
         end: inputs.end,
         refs,
+        ref_audio: inputs.ref_audio,
         mask: inputs.mask,
         ref_args: &cfg.inputs.ref_args,
         tiling: tiling.as_ref(),

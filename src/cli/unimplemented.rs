@@ -34,7 +34,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--tensor-type-rules",
     "--ref-video",
     "--ref-video-audio",
-    "--ref-audio",
     "--high-noise-img-cfg-scale",
     "--high-noise-guidance",
     "--high-noise-slg-scale",

@@ -231,6 +231,8 @@ pub struct Needs {
     pub encoder: bool,
     /// Reference images (`-r`): vision towers and other reference components.
     pub references: bool,
+    /// Reference soundtracks (`--ref-audio`): the audio VAE's encoder.
+    pub audio_references: bool,
 }
 
 /// One component's files in a store of their own.

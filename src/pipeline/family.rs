@@ -174,6 +174,8 @@ pub struct BatchInputs<'a> {
     pub end: Option<&'a Image>,
     /// `-r` reference images, in order.
     pub refs: &'a [Image],
+    /// `--ref-audio` soundtracks, in order, already decoded.
+    pub ref_audio: &'a [crate::image_io::audio::Audio],
     /// `--mask` (inpainting), already decoded.
     pub mask: Option<&'a Image>,
     pub ref_args: &'a RefImageArgs,

@@ -73,6 +73,7 @@ pub fn qwen_pipeline(
             needs: Needs {
                 encoder: parts.encoder,
                 references: parts.vision,
+                audio_references: false,
             },
             t5_tokenizer: None,
             prediction: None,

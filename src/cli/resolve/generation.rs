@@ -112,6 +112,7 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generatio
         control_video: g.control_video.clone(),
         vace_strength,
         refs: g.ref_image.clone(),
+        ref_audio: g.ref_audio.clone(),
         increase_ref_index: g.increase_ref_index,
         ref_args,
         control_strength,

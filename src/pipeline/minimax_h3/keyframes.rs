@@ -90,28 +90,32 @@ pub fn vision_input(img: &Image, factor: usize) -> crate::error::Result<(Vec<u8>
     Ok((resized.data, tw, th))
 }
 
-/// The prompt with its pictures: per keyframe `<Picture i>: ` + vision start + `pads[i]` image
-/// pads + vision end, then the prompt, all tokenized together as upstream does. Returns the
-/// ids and each token's modality tag (text, or video for a vision block).
-pub fn presentation(tokenizer: &BpeTokenizer, prompt: &str, pads: &[usize]) -> (Vec<u32>, Vec<u8>) {
+/// The prompt with its media: per picture `<Picture i>: ` + vision start + `pads[i]` image
+/// pads + vision end, then `<Audio k>: ` per reference soundtrack, then the prompt, as
+/// upstream presents them (tokenized per piece; the special tokens split the text anyway).
+/// Returns the ids and each token's modality tag (text, or video for a vision block).
+pub fn presentation(
+    tokenizer: &BpeTokenizer,
+    prompt: &str,
+    pads: &[usize],
+    audio_labels: usize,
+) -> (Vec<u32>, Vec<u8>) {
     let mut ids = Vec::new();
     let mut tags = Vec::new();
-    let text = |s: &str, tag: usize, ids: &mut Vec<u32>, tags: &mut Vec<u8>| {
+    let mut text = |s: &str, tag: usize| {
         let t = tokenizer.encode(s);
         tags.extend(std::iter::repeat_n(tag as u8, t.len()));
         ids.extend(t);
     };
     for (i, &n) in pads.iter().enumerate() {
-        text(
-            &format!("<Picture {}>: ", i + 1),
-            layout::TEXT_TAG,
-            &mut ids,
-            &mut tags,
-        );
+        text(&format!("<Picture {}>: ", i + 1), layout::TEXT_TAG);
         let block = format!("{VISION_START}{}{VISION_END}", IMAGE_PAD.repeat(n));
-        text(&block, layout::VIDEO_TAG, &mut ids, &mut tags);
+        text(&block, layout::VIDEO_TAG);
     }
-    text(prompt, layout::TEXT_TAG, &mut ids, &mut tags);
+    for k in 0..audio_labels {
+        text(&format!("<Audio {}>: ", k + 1), layout::TEXT_TAG);
+    }
+    text(prompt, layout::TEXT_TAG);
     (ids, tags)
 }
 

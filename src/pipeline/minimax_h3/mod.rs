@@ -13,9 +13,11 @@
 //! implemented yet.
 
 mod carrier;
+mod conditions;
 mod frames;
 pub mod keyframes;
 mod pipeline;
+pub mod references;
 
 pub use carrier::{remap_sigma, CarrierPoint, Packing, AUDIO_SHIFT};
 pub use frames::{align_frames, audio_latents, FPS};

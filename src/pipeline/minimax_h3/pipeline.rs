@@ -2,27 +2,26 @@
 //! the video and the soundtrack.
 
 use std::cell::Cell;
-use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
 use super::carrier::{CarrierPoint, Packing};
+use super::conditions::{ConditionRows, Conditions};
 use super::frames::{align_frames, audio_latents, FPS};
-use super::keyframes::{self, fit_keyframes, presentation, visual_noise, IMAGE_PAD};
+use super::keyframes::{fit_keyframes, presentation, IMAGE_PAD};
 use super::{AUDIO_VAE, CONTEXT_CACHE, DIFFUSION, FLOW_SHIFT, LLM, TEXT_LAYER, VAE};
 use crate::error::{Error, Result};
 use crate::image_io::audio::Audio;
 use crate::models::dit::minimax_h3::{
     self, layout, Keyframe, LayoutRequest, MiniMaxH3, MiniMaxH3Config, MiniMaxH3Hints,
-    MiniMaxH3Inputs,
+    MiniMaxH3Inputs, Reference,
 };
 use crate::models::te::qwen3::{
     self, qwen3_hparams, qwen3_mrope_section, Qwen3Config, Qwen3MmInput, Qwen3Source,
-    Qwen3TextModel, VisionEmbeds, DEFAULT_MROPE_SECTION,
+    Qwen3TextModel, DEFAULT_MROPE_SECTION,
 };
 use crate::models::vae::minimax_h3_audio_vae::MiniMaxH3AudioVae;
 use crate::models::vae::minimax_h3_vae::{
-    decode_video_tiled, denormalize_video_latent, encode_video_tiled, normalize_video_latent,
-    LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig,
+    decode_video_tiled, denormalize_video_latent, LatentStats, MiniMaxH3Vae, MiniMaxH3VaeConfig,
 };
 use crate::models::vae::tiling::TileSettings;
 use crate::pipeline::components::{ComponentFiles, ComponentId};
@@ -47,8 +46,8 @@ pub struct MiniMaxH3Pipeline {
     audio_vae: Option<Loaded<MiniMaxH3AudioVae>>,
     /// The Qwen3-VL vision tower, loaded for keyframe runs when the files hold it.
     vision: Option<Vision>,
-    /// The batch's keyframes (`--init-img`, `--end-img`), encoded once per batch.
-    keyframes: Option<Keyframes>,
+    /// The batch's keyframes or references, encoded once per batch.
+    conditions: Option<Conditions>,
     /// The video flow shift (`--flow-shift`, else 12).
     shift: f32,
     schedule: ModelSchedule,
@@ -144,7 +143,8 @@ impl MiniMaxH3Pipeline {
             Some(store) => {
                 let src = StoreSource::new(&store.store, ComponentId::AudioVae.prefix());
                 let opts = ctx.load_options(ComponentId::AudioVae, false)?;
-                let a = MiniMaxH3AudioVae::load("audio_vae", &src, store.config(), opts, false)?;
+                let encoder = ctx.needs.audio_references;
+                let a = MiniMaxH3AudioVae::load("audio_vae", &src, store.config(), opts, encoder)?;
                 let want = dit.model.config().audio_channels;
                 if a.model.latent_channels() != want {
                     return Err(Error::Unsupported(format!(
@@ -172,7 +172,7 @@ impl MiniMaxH3Pipeline {
             stats,
             audio_vae,
             vision,
-            keyframes: None,
+            conditions: None,
             shift,
             schedule: ModelSchedule::Flow { shift },
             prediction: ctx.prediction.unwrap_or(Prediction::Sd3Flow),
@@ -207,14 +207,16 @@ impl MiniMaxH3Pipeline {
             Ok(v) => v,
             Err(e) => {
                 log::warn!(
-                    "{e}; the keyframes condition the video through their latents only                      (their pictures are left out of the prompt)"
+                    "{e}; the keyframes condition the video through their latents only \
+                     (their pictures are left out of the prompt)"
                 );
                 return Ok(None);
             }
         };
         if v.out_hidden() != hidden {
             return Err(Error::Unsupported(format!(
-                "the vision tower's output size {} does not match the text encoder's hidden                  size {hidden}",
+                "the vision tower's output size {} does not match the text encoder's hidden \
+                 size {hidden}",
                 v.out_hidden()
             )));
         }
@@ -226,7 +228,7 @@ impl MiniMaxH3Pipeline {
     /// tokens, through the first 50 layers (all of the released truncated export) before any
     /// final norm; with keyframe pictures it opens with their labelled vision blocks.
     pub fn encode_condition(&self, prompt: &str) -> Result<Option<TextCondition>> {
-        let pictures = self.keyframes.as_ref().filter(|k| !k.vision.is_empty());
+        let pictures = self.conditions.as_ref().filter(|c| c.has_presentation());
         let key = match pictures {
             Some(k) => format!("{:016x}\u{0}{prompt}", k.id),
             None => prompt.to_owned(),
@@ -260,7 +262,7 @@ impl MiniMaxH3Pipeline {
                         ))
                     })?;
                 let pads: Vec<usize> = k.vision.iter().map(|v| v.grid_h * v.grid_w).collect();
-                let (ids, tags) = presentation(&self.tokenizer, prompt, &pads);
+                let (ids, tags) = presentation(&self.tokenizer, prompt, &pads, k.audio_labels);
                 let ids: Vec<i32> = ids.into_iter().map(|i| i as i32).collect();
                 let c = self.te.model.config();
                 let input = Qwen3MmInput::from_images(ids, pad_id, &k.vision, c.hidden)?;
@@ -270,61 +272,19 @@ impl MiniMaxH3Pipeline {
             })
     }
 
-    /// The batch's keyframe latents (normalised, before the visual noise) in packed order.
-    pub fn keyframe_latents(&self) -> Vec<&HostTensor> {
-        self.keyframes
+    /// The batch's conditioning video latents (keyframes or reference images; normalised,
+    /// before the visual noise) in packed order.
+    pub fn condition_latents(&self) -> Vec<&HostTensor> {
+        self.conditions
             .iter()
-            .flat_map(|k| k.latents.iter().map(|(z, _)| z))
+            .flat_map(|c| c.latents.iter())
             .collect()
     }
 
-    /// Encodes the batch's keyframes: their latents (normalised, before the visual noise,
-    /// which depends on each image's seed) and, with the vision tower, their pictures.
-    fn encode_keyframes(
-        &self,
-        images: &[keyframes::KeyframeImage],
-        tiling: Option<&TileSettings>,
-    ) -> Result<Keyframes> {
-        let t = Instant::now();
-        let mut bar = Progress::new("keyframes", images.len());
-        let mut latents = Vec::with_capacity(images.len());
-        let mut vision = Vec::new();
-        for (i, k) in images.iter().enumerate() {
-            let img = &k.image;
-            let (w, h) = (img.width as usize, img.height as usize);
-            let pixels =
-                HostTensor::from_u8_interleaved(w, h, 3, 3, &img.data).map(|v| v * 2.0 - 1.0);
-            let clip = HostTensor {
-                ne: [w, h, 1, 3],
-                data: pixels.data,
-            };
-            let mut z = encode_video_tiled(&self.vae.model, &self.vae.runner, &clip, tiling)?;
-            normalize_video_latent(&self.stats, &mut z)?;
-            latents.push((z, k.anchor));
-            if let Some(v) = &self.vision {
-                let factor = v.preprocess().factor();
-                let (rgb, vw, vh) = keyframes::vision_input(img, factor)?;
-                vision.push(v.embed(&rgb, vw, vh)?);
-            }
-            bar.set(i + 1);
-        }
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        for (z, a) in &latents {
-            z.data.iter().for_each(|v| v.to_bits().hash(&mut hasher));
-            (*a == Keyframe::Last).hash(&mut hasher);
-        }
-        for e in &vision {
-            e.embeds
-                .data
-                .iter()
-                .for_each(|v| v.to_bits().hash(&mut hasher));
-        }
-        log::debug!("minimax_h3: keyframes {:.2}s", t.elapsed().as_secs_f64());
-        Ok(Keyframes {
-            latents,
-            vision,
-            id: hasher.finish(),
-        })
+    /// The batch's reference soundtracks as transformer audio rows ([audio channels, rows]
+    /// data, normalised), clips in order.
+    pub fn condition_audio_rows(&self) -> &[f32] {
+        self.conditions.as_ref().map_or(&[], |c| &c.audio_rows[..])
     }
 
     /// The sampler's velocity of packed latent `x` at `sigma` for condition `text`; with the
@@ -373,18 +333,25 @@ impl MiniMaxH3Pipeline {
             data: video.to_vec(),
         };
         let mut rows = minimax_h3::patchify(&latent, c.patch);
-        let mut anchors: &[Keyframe] = &[];
-        if let Some(k) = cond.keyframes {
-            // Keyframe rows go in front of the generated ones.
-            let mut data = k.rows.data.clone();
-            data.extend_from_slice(&rows.data);
-            rows = HostTensor {
-                ne: [rows.ne[0], k.rows.ne[1] + rows.ne[1], 1, 1],
-                data,
-            };
-            anchors = &k.anchors;
+        let mut audio_rows = p.audio_rows(&x_a);
+        let (mut anchors, mut references): (&[Keyframe], &[Reference]) = (&[], &[]);
+        if let Some(m) = cond.media {
+            // Condition rows go in front of the generated ones.
+            if m.video.ne[1] > 0 {
+                let mut data = m.video.data.clone();
+                data.extend_from_slice(&rows.data);
+                rows = HostTensor {
+                    ne: [rows.ne[0], m.video.ne[1] + rows.ne[1], 1, 1],
+                    data,
+                };
+            }
+            let mut audio = m.audio.clone();
+            audio.extend_from_slice(&audio_rows);
+            audio_rows = audio;
+            anchors = &m.anchors;
+            references = &m.references;
         }
-        let audio_rows = p.audio_rows(&x_a);
+        let audio_count = audio_rows.len() / p.audio_channels.max(1);
         let tags = cond.text.map_or(&[][..], |t| &t.tags[..]);
         let lay = layout::build(&LayoutRequest {
             text_tags: tags,
@@ -394,6 +361,7 @@ impl MiniMaxH3Pipeline {
             patch: c.patch,
             audio_latents: p.audio_len,
             keyframes: anchors,
+            references,
             video_t: 1.0 - point.sigma_v,
             audio_t: 1.0 - point.sigma_a,
         })
@@ -409,7 +377,7 @@ impl MiniMaxH3Pipeline {
                 video: g.input_f32("minimax_h3.video", rows.ne, rows.data.clone()),
                 audio: g.input_f32(
                     "minimax_h3.audio",
-                    [p.audio_channels, 2 * p.audio_len, 1, 1],
+                    [p.audio_channels, audio_count, 1, 1],
                     audio_rows.clone(),
                 ),
                 text: text.map(|t| g.input_f32("minimax_h3.text", t.ne, t.data.clone())),
@@ -442,27 +410,32 @@ impl MiniMaxH3Pipeline {
         Ok(p.join(&video_v.data, &point.carrier_velocity(&x_a, &v_a)))
     }
 
-    /// The keyframe rows of an image with seed `seed`: each latent with its visual noise,
-    /// patchified, in packed order.
-    fn keyframe_rows(&self, seed: u64) -> Option<KeyframeRows> {
-        let k = self.keyframes.as_ref().filter(|k| !k.latents.is_empty())?;
-        let patch = self.dit.model.config().patch;
-        let mut data = Vec::new();
-        let mut count = 0;
-        let mut width = 0;
-        for (z, _) in &k.latents {
-            let rows = minimax_h3::patchify(&visual_noise(z, seed), patch);
-            width = rows.ne[0];
-            count += rows.ne[1];
-            data.extend_from_slice(&rows.data);
-        }
-        Some(KeyframeRows {
-            rows: HostTensor {
-                ne: [width, count, 1, 1],
-                data,
-            },
-            anchors: k.latents.iter().map(|(_, a)| *a).collect(),
-        })
+    pub(super) fn conditions(&self) -> Option<&Conditions> {
+        self.conditions.as_ref()
+    }
+
+    pub(super) fn vision(&self) -> Option<&Vision> {
+        self.vision.as_ref()
+    }
+
+    pub(super) fn video_vae(&self) -> (&Loaded<MiniMaxH3Vae>, &LatentStats) {
+        (&self.vae, &self.stats)
+    }
+
+    pub(super) fn transformer_patch(&self) -> [usize; 3] {
+        self.dit.model.config().patch
+    }
+
+    /// The audio VAE with its encoder (reference soundtracks).
+    pub(super) fn audio_vae_encoder(&self) -> Result<&Loaded<MiniMaxH3AudioVae>> {
+        self.audio_vae
+            .as_ref()
+            .filter(|a| a.model.has_encoder())
+            .ok_or_else(|| {
+                Error::Unsupported(
+                    "--ref-audio needs --audio-vae with the audio VAE's encoder weights".into(),
+                )
+            })
     }
 
     /// Sizes are rounded up to a multiple of this: the VAE's factor × the patch (32 for the
@@ -536,26 +509,11 @@ pub struct TextCondition {
     pub tags: Vec<u8>,
 }
 
-/// The batch's keyframes, encoded.
-struct Keyframes {
-    /// Normalised latents [w, h, 1, C] (before the visual noise) and their anchors.
-    latents: Vec<(HostTensor, Keyframe)>,
-    /// The pictures' vision embeddings (empty without the vision tower).
-    vision: Vec<VisionEmbeds>,
-    /// Fingerprint of the above (prompt conditions are memoised per prompt and keyframes).
-    id: u64,
-}
-
-/// One image's keyframe rows: the noised latents patchified, in packed order.
-struct KeyframeRows {
-    rows: HostTensor,
-    anchors: Vec<Keyframe>,
-}
-
-/// One condition: its text, the keyframe rows and its context-cache entry.
+/// One condition: its text, the condition rows (keyframes or references) and its
+/// context-cache entry.
 struct Condition<'a> {
     text: Option<&'a TextCondition>,
-    keyframes: Option<&'a KeyframeRows>,
+    media: Option<&'a ConditionRows>,
     cache_key: &'static str,
 }
 
@@ -595,9 +553,12 @@ impl Generator for MiniMaxH3Pipeline {
     }
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
-        if !batch.refs.is_empty() {
+        let references = !batch.refs.is_empty() || !batch.ref_audio.is_empty();
+        if references && (batch.init.is_some() || batch.end.is_some()) {
             return Err(Error::Unsupported(
-                "MiniMax-H3 reference (-r) conditioning (Ref2VA) is not implemented yet".into(),
+                "MiniMax-H3 takes keyframes (--init-img/--end-img) or references (-r, \
+                 --ref-audio), not both"
+                    .into(),
             ));
         }
         if batch.mask.is_some() || batch.hires {
@@ -618,16 +579,24 @@ impl Generator for MiniMaxH3Pipeline {
         }
         self.image_only = batch.video_frames.is_none();
         crate::pipeline::check_size(batch.width, batch.height, self.size_multiple())?;
-        self.keyframes = None;
+        self.conditions = None;
         let images = fit_keyframes(batch.init, batch.end, batch.width, batch.height);
-        if !images.is_empty() {
-            if self.vision.is_none() {
-                log::warn!(
-                    "MiniMax-H3: no Qwen3-VL vision weights (--llm_vision, or an --llm file \
-                     holding them): the keyframes' pictures are left out of the prompt"
-                );
-            }
-            self.keyframes = Some(self.encode_keyframes(&images, batch.tiling)?);
+        if (!images.is_empty() || !batch.refs.is_empty()) && self.vision.is_none() {
+            log::warn!(
+                "MiniMax-H3: no Qwen3-VL vision weights (--llm_vision, or an --llm file \
+                 holding them): the pictures are left out of the prompt"
+            );
+        }
+        if references {
+            self.conditions = Some(self.encode_references(
+                batch.refs,
+                batch.ref_audio,
+                batch.width,
+                batch.height,
+                batch.tiling,
+            )?);
+        } else if !images.is_empty() {
+            self.conditions = Some(self.encode_keyframes(&images, batch.tiling)?);
         }
         self.batch = Some(Prepared {
             width: batch.width,
@@ -650,7 +619,7 @@ impl Generator for MiniMaxH3Pipeline {
         } else {
             None
         };
-        let keyframe_rows = self.keyframe_rows(job.seed);
+        let media = self.condition_rows(job.seed);
         log::debug!("minimax_h3: condition {:.2}s", t0.elapsed().as_secs_f64());
         let t1 = Instant::now();
         self.clear_context_cache();
@@ -660,12 +629,12 @@ impl Generator for MiniMaxH3Pipeline {
             packing: p,
             cond: Condition {
                 text: cond.as_ref(),
-                keyframes: keyframe_rows.as_ref(),
+                media: media.as_ref(),
                 cache_key: "minimax_h3.ctx.cond",
             },
             uncond: uncond.as_ref().map(|u| Condition {
                 text: u.as_ref(),
-                keyframes: keyframe_rows.as_ref(),
+                media: media.as_ref(),
                 cache_key: "minimax_h3.ctx.uncond",
             }),
         };

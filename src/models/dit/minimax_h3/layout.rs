@@ -37,6 +37,15 @@ pub enum Keyframe {
     Last,
 }
 
+/// One Ref2VA reference block, in packed order (upstream: images, then audio clips).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reference {
+    /// A reference image: one latent frame of `height × width` (latent units).
+    Image { height: usize, width: usize },
+    /// A reference soundtrack: `latents` per stereo channel.
+    Audio { latents: usize },
+}
+
 /// What one call generates and conditions on.
 #[derive(Clone, Debug)]
 pub struct LayoutRequest<'a> {
@@ -50,6 +59,9 @@ pub struct LayoutRequest<'a> {
     pub audio_latents: usize,
     /// One frame of keyframe rows each, in packed order.
     pub keyframes: &'a [Keyframe],
+    /// Ref2VA reference blocks (not with keyframes): image rows come first among the video
+    /// input rows, audio rows first among the audio input rows, both in this order.
+    pub references: &'a [Reference],
     /// t = 1 − σ of the generated video and audio rows.
     pub video_t: f32,
     pub audio_t: f32,
@@ -145,7 +157,8 @@ fn timestep_index(values: &mut Vec<f32>, t: f32) -> usize {
 /// Lays out one call; `None` when a size does not divide by the patch or nothing is generated.
 pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
     let [pt, ph, pw] = req.patch;
-    if pt == 0
+    if (!req.keyframes.is_empty() && !req.references.is_empty())
+        || pt == 0
         || ph == 0
         || pw == 0
         || !req.latent_frames.is_multiple_of(pt)
@@ -227,7 +240,68 @@ pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
             row += per_frame;
         }
     }
-    let cond_rows = req.keyframes.len() * per_frame;
+    let mut cond_rows = req.keyframes.len() * per_frame;
+
+    // Reference blocks advance the clock: an image by one unit, audio by its length. Their
+    // rows are held at the conditioning timesteps (images max(t, 0.999), audio clean).
+    let mut clock = origin;
+    let mut ref_audio_rows = 0;
+    for r in req.references {
+        match *r {
+            Reference::Image { height, width } => {
+                if height < ph || width < pw || height % ph != 0 || width % pw != 0 {
+                    return None;
+                }
+                let area = ((height * width) as f64).sqrt();
+                let (ha, wa) = (
+                    spatial_axis(height, ph, area),
+                    spatial_axis(width, pw, area),
+                );
+                for &h in &ha {
+                    for &w in &wa {
+                        push(clock, h, w);
+                    }
+                }
+                let n = ha.len() * wa.len();
+                let ti = timestep_index(&mut timesteps, req.video_t.max(KEYFRAME_T));
+                runs.push(Run {
+                    source: Source::Video,
+                    from: cond_rows,
+                    len: n,
+                });
+                add_span(row, n, ti * MODALITIES + VIDEO_TAG);
+                row += n;
+                cond_rows += n;
+                clock += 1.0;
+            }
+            Reference::Audio { latents } => {
+                for ch in 0..AUDIO_CHANNELS {
+                    let w = if ch == 0 {
+                        w_axis[0]
+                    } else {
+                        w_axis[w_axis.len() - 1]
+                    };
+                    for i in 0..latents {
+                        push(clock + i as f64, 0.0, w);
+                    }
+                }
+                let n = AUDIO_CHANNELS * latents;
+                let ti = timestep_index(&mut timesteps, req.audio_t.max(1.0));
+                if n > 0 {
+                    runs.push(Run {
+                        source: Source::Audio,
+                        from: ref_audio_rows,
+                        len: n,
+                    });
+                }
+                add_span(row, n, ti * MODALITIES + AUDIO_TAG);
+                row += n;
+                ref_audio_rows += n;
+                clock += latents as f64;
+            }
+        }
+    }
+    let origin = clock;
 
     // Target audio, channel-major.
     let audio_rows = AUDIO_CHANNELS * req.audio_latents;
@@ -249,7 +323,7 @@ pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
     if audio_rows > 0 {
         runs.push(Run {
             source: Source::Audio,
-            from: 0,
+            from: ref_audio_rows,
             len: audio_rows,
         });
     }
@@ -287,7 +361,7 @@ pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
         audio,
         text_rows: text,
         video_rows: cond_rows + video_len,
-        audio_rows,
+        audio_rows: ref_audio_rows + audio_rows,
     })
 }
 
@@ -326,6 +400,7 @@ mod tests {
             patch: [1, 2, 2],
             audio_latents: 3,
             keyframes: &[Keyframe::First],
+            references: &[],
             video_t: 0.5,
             audio_t: 0.25,
         };
@@ -355,5 +430,61 @@ mod tests {
         assert!((l.positions[18][0] - (4.0 + 5.0 / 3.0) as f32).abs() < 1e-6);
         assert_eq!(l.positions[8], [4.0, 0.0, 0.0]);
         assert_eq!(l.positions[11][2], l.positions[21][2]);
+    }
+
+    #[test]
+    fn references_advance_the_clock() {
+        let tags = [1u8, 1];
+        let refs = [
+            Reference::Image {
+                height: 4,
+                width: 8,
+            },
+            Reference::Audio { latents: 3 },
+        ];
+        let req = LayoutRequest {
+            text_tags: &tags,
+            latent_frames: 2,
+            latent_height: 4,
+            latent_width: 4,
+            patch: [1, 2, 2],
+            audio_latents: 3,
+            keyframes: &[],
+            references: &refs,
+            video_t: 0.5,
+            audio_t: 0.25,
+        };
+        let l = build(&req).unwrap();
+        // 2 text + 8 image + 6 reference audio + 6 audio + 8 video rows.
+        assert_eq!(l.len(), 30);
+        assert_eq!((l.video_rows, l.audio_rows), (16, 12));
+        assert_eq!(l.positions[2][0], 2.0, "the image at the clock's start");
+        assert_eq!(l.positions[10][0], 3.0, "reference audio one unit later");
+        assert_eq!(l.positions[13][0], 3.0, "its second channel too");
+        assert_eq!(l.positions[16][0], 6.0, "target audio after the clip");
+        assert_eq!(l.positions[22][0], 6.0, "target video from the same origin");
+        assert_eq!(l.timesteps, vec![0.5, 0.25, 0.999, 1.0]);
+        let runs: Vec<(Source, usize, usize)> =
+            l.runs.iter().map(|r| (r.source, r.from, r.len)).collect();
+        assert_eq!(
+            runs,
+            vec![
+                (Source::Text, 0, 2),
+                (Source::Video, 0, 8),
+                (Source::Audio, 0, 6),
+                (Source::Audio, 6, 6),
+                (Source::Video, 8, 8)
+            ]
+        );
+        let mods: Vec<usize> = l.spans.iter().map(|s| s.modulation).collect();
+        assert_eq!(mods, vec![1, 6, 11, 5, 0]);
+        let keyed = LayoutRequest {
+            keyframes: &[Keyframe::First],
+            ..req
+        };
+        assert!(
+            build(&keyed).is_none(),
+            "keyframes and references exclude each other"
+        );
     }
 }

@@ -19,7 +19,7 @@ pub mod layout;
 
 pub use block::Span;
 pub use config::{MiniMaxH3Config, MiniMaxH3Hints, MiniMaxH3Layout, MiniMaxH3Time};
-pub use layout::{Keyframe, LayoutRequest, PackedLayout, Run, Source, Target};
+pub use layout::{Keyframe, LayoutRequest, PackedLayout, Reference, Run, Source, Target};
 
 use crate::ggml::Tensor;
 use crate::nn::{self, Linear, RmsNorm};
