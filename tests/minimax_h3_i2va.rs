@@ -18,11 +18,11 @@ use std::process::{Command, Output};
 
 use common::*;
 use sd_cli::image_io::audio::read_wav;
-use sd_cli::image_io::{read_image, read_png};
+use sd_cli::image_io::{read_frames_dir, read_image, read_png};
 use sd_cli::pipeline::components::{ComponentFiles, ComponentId, Needs};
 use sd_cli::pipeline::minimax_h3::MiniMaxH3Pipeline;
 use sd_cli::pipeline::ref_args::RefImageArgs;
-use sd_cli::pipeline::{BatchInputs, Generator, LoadContext, ModelArgs};
+use sd_cli::pipeline::{BatchInputs, Generator, LoadContext, ModelArgs, RefVideo};
 use sd_cli::runner::MemoryOptions;
 use sd_cli::tensor::HostTensor;
 
@@ -151,6 +151,25 @@ fn ref2va_matches_the_reference() {
 }
 
 #[test]
+fn ref2va_with_a_video_matches_the_reference() {
+    let (img, wav) = (dir().join("ref.png"), dir().join("ref.wav"));
+    let (video, video_wav) = (dir().join("ref_video"), dir().join("ref_video.wav"));
+    check_case(
+        "ref2va_video",
+        &[
+            "-r",
+            s(&img),
+            "--ref-video",
+            s(&video),
+            "--ref-video-audio",
+            s(&video_wav),
+            "--ref-audio",
+            s(&wav),
+        ],
+    );
+}
+
+#[test]
 fn fl2va_matches_the_reference() {
     let (first, last) = (dir().join("first.png"), dir().join("last.png"));
     check_case("fl2va", &["--init-img", s(&first), "--end-img", s(&last)]);
@@ -205,7 +224,11 @@ fn prepare(pipe: &mut MiniMaxH3Pipeline, case: &str) {
     let last = read_image(&dir().join("last.png")).unwrap();
     let refs = [read_image(&dir().join("ref.png")).unwrap()];
     let audio = [read_wav(&dir().join("ref.wav")).unwrap()];
-    let reference = case == "ref2va";
+    let reference = case.starts_with("ref2va");
+    let videos = [RefVideo {
+        frames: read_frames_dir(&dir().join("ref_video"), usize::MAX).unwrap(),
+        audio: Some(read_wav(&dir().join("ref_video.wav")).unwrap()),
+    }];
     pipe.prepare(&BatchInputs {
         width: 64,
         height: 64,
@@ -213,6 +236,7 @@ fn prepare(pipe: &mut MiniMaxH3Pipeline, case: &str) {
         end: (case == "fl2va").then_some(&last),
         refs: if reference { &refs } else { &[] },
         ref_audio: if reference { &audio } else { &[] },
+        ref_videos: if case == "ref2va_video" { &videos } else { &[] },
         mask: None,
         ref_args: &RefImageArgs::default(),
         tiling: None,
@@ -235,7 +259,7 @@ fn rel_err(got: &HostTensor, want: &HostTensor) -> f32 {
 fn conditions_carry_the_pictures() {
     let mut pipe = pipeline();
     let r = reference();
-    for case in ["i2va", "fl2va", "ref2va"] {
+    for case in ["i2va", "fl2va", "ref2va", "ref2va_video"] {
         prepare(&mut pipe, case);
         for (prompt, key) in [(PROMPT, "cond"), (NEGATIVE, "uncond")] {
             let c = pipe.encode_condition(prompt).unwrap().unwrap();
@@ -252,18 +276,24 @@ fn conditions_carry_the_pictures() {
         let names: &[&str] = match case {
             "i2va" => &["first_latent"],
             "fl2va" => &["first_latent", "last_latent"],
-            _ => &["ref2va.ref_latent"],
+            "ref2va" => &["ref2va.ref_latent"],
+            _ => &["ref2va.ref_latent", "ref2va_video.video_latent"],
         };
         assert_eq!(latents.len(), names.len());
-        if case == "ref2va" {
-            // (400, 4) rows in torch order are the [4, 400] rows here.
-            let want = tensor(&r, "ref2va.ref_audio_rows");
+        if case.starts_with("ref2va") {
+            // (rows, 4) in torch order are [4, rows] here.
+            let name = if case == "ref2va" {
+                "ref2va.ref_audio_rows"
+            } else {
+                "ref2va_video.audio_rows"
+            };
+            let want = tensor(&r, name);
             let got = HostTensor {
                 ne: want.ne,
                 data: pipe.condition_audio_rows().to_vec(),
             };
             let e = rel_err(&got, &want);
-            eprintln!("ref2va audio rows: rel err {e:.2e}");
+            eprintln!("{case} audio rows: rel err {e:.2e}");
             assert!(e <= 1e-4, "reference audio rows: rel err {e:.2e}");
         }
         for (z, name) in latents.iter().zip(names) {

@@ -84,6 +84,10 @@ pub struct InputImages {
     pub refs: Vec<PathBuf>,
     /// `--ref-audio` WAV files, in command-line order (MiniMax-H3 Ref2VA).
     pub ref_audio: Vec<PathBuf>,
+    /// `--ref-video` frame folders, in command-line order.
+    pub ref_videos: Vec<PathBuf>,
+    /// `--ref-video-audio` WAV files, paired with `--ref-video` by index.
+    pub ref_video_audio: Vec<PathBuf>,
     pub increase_ref_index: bool,
     /// `--ref-image-args` (with `--disable-auto-resize-ref-image` folded in).
     pub ref_args: RefImageArgs,

@@ -14,7 +14,7 @@ use crate::pipeline::components::{
     ComponentFiles, ComponentId, ComponentStore, MetaSlot, ModelFlag, Needs,
 };
 use crate::pipeline::family::{
-    BatchInputs, Family, Generator, HighNoiseJob, ImageJob, InputSummary, LoadContext,
+    BatchInputs, Family, Generator, HighNoiseJob, ImageJob, InputSummary, LoadContext, RefVideo,
 };
 use crate::pipeline::hires::{hires_plan, HiresJob, HiresUpscaler};
 use crate::pipeline::preview::PreviewSink;
@@ -38,6 +38,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .iter()
         .map(|p| read_wav(p))
         .collect::<std::result::Result<Vec<_>, _>>()?;
+    let ref_videos = read_ref_videos(cfg)?;
     let end = cfg.inputs.end.as_deref().map(read_image).transpose()?;
     let control_frames = match &cfg.inputs.control_video {
         Some(dir) => {
@@ -89,9 +90,9 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
             family.name()
         )));
     }
-    if !ref_audio.is_empty() && family.id() != "minimax_h3" {
+    if (!ref_audio.is_empty() || !ref_videos.is_empty()) && family.id() != "minimax_h3" {
         return Err(Error::Unsupported(format!(
-            "--ref-audio conditions MiniMax-H3 (Ref2VA); {} takes no reference audio",
+            "--ref-video and --ref-audio condition MiniMax-H3 (Ref2VA); {} takes neither",
             family.name()
         )));
     }
@@ -117,9 +118,13 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         .as_ref()
         .is_some_and(|h| !matches!(h.method, HiresMethod::Latent(_)));
     let needs = Needs {
-        encoder: init.is_some() || end.is_some() || !refs.is_empty() || hires_encodes,
+        encoder: init.is_some()
+            || end.is_some()
+            || !refs.is_empty()
+            || !ref_videos.is_empty()
+            || hires_encodes,
         references: !refs.is_empty(),
-        audio_references: !ref_audio.is_empty(),
+        audio_references: !ref_audio.is_empty() || ref_videos.iter().any(|v| v.audio.is_some()),
     };
     let mut files = ComponentFiles::new(family.name()).with(ComponentId::Diffusion, diffusion);
     files.open_missing(family.components(), &cfg.models, needs)?;
@@ -165,6 +170,7 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
         end: end.as_ref(),
         refs: &refs,
         ref_audio: &ref_audio,
+        ref_videos: &ref_videos,
         mask: mask.as_ref(),
         control_frames: &control_frames,
         upscaler: upscaler.as_ref(),
@@ -174,6 +180,34 @@ pub fn run(cfg: &RunConfig) -> Result<()> {
     let result = run_batch(cfg, family, generator.as_mut(), &inputs);
     generator.finish();
     result
+}
+
+/// `--ref-video` folders (every frame, in file-name order) with their `--ref-video-audio`.
+fn read_ref_videos(cfg: &RunConfig) -> Result<Vec<RefVideo>> {
+    let inputs = &cfg.inputs;
+    inputs
+        .ref_videos
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let frames = read_frames_dir(dir, usize::MAX)?;
+            if frames.is_empty() {
+                return Err(Error::Flag {
+                    flag: "--ref-video".into(),
+                    reason: format!(
+                        "{}: no .png/.jpg/.jpeg/.bmp/.webp frames in the folder",
+                        dir.display()
+                    ),
+                });
+            }
+            let audio = inputs
+                .ref_video_audio
+                .get(i)
+                .map(|p| read_wav(p))
+                .transpose()?;
+            Ok(RefVideo { frames, audio })
+        })
+        .collect()
 }
 
 /// The diffusion model's own store: `--diffusion-model`, else its part of `-m`.
@@ -238,6 +272,7 @@ struct RunInputs<'a> {
     /// `--control-video`'s frames.
     control_frames: &'a [Image],
     ref_audio: &'a [Audio],
+    ref_videos: &'a [RefVideo],
     /// `--upscale-model`: applied to each image before it is written.
     upscaler: Option<&'a Upscaler>,
     /// The hires fix's model upscaler (`--hires-upscaler NAME`).
@@ -372,6 +407,7 @@ fn run_batch(
         end: inputs.end,
         refs,
         ref_audio: inputs.ref_audio,
+        ref_videos: inputs.ref_videos,
         mask: inputs.mask,
         ref_args: &cfg.inputs.ref_args,
         tiling: tiling.as_ref(),

@@ -32,8 +32,6 @@ pub const UNIMPLEMENTED_FLAGS: &[&str] = &[
     "--ad-negative-prompt",
     "--extra-ad-args",
     "--tensor-type-rules",
-    "--ref-video",
-    "--ref-video-audio",
     "--high-noise-img-cfg-scale",
     "--high-noise-guidance",
     "--high-noise-slg-scale",

@@ -176,6 +176,8 @@ pub struct BatchInputs<'a> {
     pub refs: &'a [Image],
     /// `--ref-audio` soundtracks, in order, already decoded.
     pub ref_audio: &'a [crate::image_io::audio::Audio],
+    /// `--ref-video` clips (with their `--ref-video-audio`), in order, already decoded.
+    pub ref_videos: &'a [RefVideo],
     /// `--mask` (inpainting), already decoded.
     pub mask: Option<&'a Image>,
     pub ref_args: &'a RefImageArgs,
@@ -188,6 +190,13 @@ pub struct BatchInputs<'a> {
     pub control_frames: &'a [Image],
     /// `--vace-strength`: the factor of the VACE hints.
     pub vace_strength: f32,
+}
+
+/// A reference video: its frames in file-name order and its paired soundtrack.
+#[derive(Clone, Debug)]
+pub struct RefVideo {
+    pub frames: Vec<Image>,
+    pub audio: Option<crate::image_io::audio::Audio>,
 }
 
 /// One image of a batch.

@@ -31,7 +31,9 @@ pub mod wan;
 pub mod z_image;
 
 pub use components::{ComponentFiles, ComponentId, ComponentSpec, ComponentStore, ModelFiles};
-pub use family::{BatchInputs, Defaults, Family, Generator, ImageJob, LoadContext, SizeRule};
+pub use family::{
+    BatchInputs, Defaults, Family, Generator, ImageJob, LoadContext, RefVideo, SizeRule,
+};
 pub use model_args::{CacheType, ModelArgs};
 pub use ref_args::{RefImageArgs, RefIndexMode};
 

@@ -134,9 +134,20 @@ impl Vision {
     /// The vision embeddings of an RGB image (u8 interleaved) at its own size, which must be a
     /// multiple of patch × merge.
     pub fn embed(&self, rgb: &[u8], width: usize, height: usize) -> Result<VisionEmbeds> {
+        self.embed_frames(&[rgb], width, height)
+    }
+
+    /// The vision embeddings of one temporal patch of frames (a video block: two frames fill
+    /// the tower's two temporal slots; one frame is repeated), all at one size.
+    pub fn embed_frames(
+        &self,
+        frames: &[&[u8]],
+        width: usize,
+        height: usize,
+    ) -> Result<VisionEmbeds> {
         let p = &self.preprocess;
         let (patches, [_, gh, gw]) = p
-            .patchify(rgb, width, height)
+            .patchify_frames(frames, width, height)
             .map_err(|e| Error::Unsupported(e.to_string()))?;
         let out = encode_vision(&self.tower.runner, &self.tower.model, &patches, gh, gw)
             .map_err(|e| Error::Unsupported(e.to_string()))?;

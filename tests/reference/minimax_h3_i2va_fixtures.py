@@ -1,6 +1,7 @@
 """Golden fixtures for conditioned MiniMax-H3 runs: I2VA (a first keyframe), FL2VA (first + last
-keyframes) and Ref2VA (one reference image + one reference soundtrack), on the tiny components of
-minimax_h3_pipeline_fixtures.py.
+keyframes), Ref2VA (one reference image + one reference soundtrack) and Ref2VA with a reference video
+(one reference image + one reference video with its soundtrack + one standalone reference soundtrack), on
+the tiny components of minimax_h3_pipeline_fixtures.py.
 
 Run from the repository root, after qwen_tokenizer_fixtures.py, minimax_h3_vae_fixtures.py,
 minimax_h3_audio_vae_fixtures.py and minimax_h3_pipeline_fixtures.py (its transformer is reused):
@@ -53,7 +54,29 @@ modular MiniMax-H3 pipeline in these places:
   samples = 0.075 s);
 - Ref2VA order: upstream presents and packs every image reference first, then the standalone audio
   references; diffusers keeps the request order. The request here is [image, audio], for which the
-  two agree (asserted against diffusers' `_build_presentation`).
+  two agree (asserted against diffusers' `_build_presentation`);
+- Ref2VA reference video (case "ref2va_video"): upstream normalises it to 24 fps by whole-frame
+  drop/duplicate (`lround(count * 24 / fps)` frames, frame f reading source frame floor(f * fps / 24);
+  the CLI passes a frame directory at fps 24), caps the count at the request's frames and decrements
+  it until n % 17 == 5, and sizes it at a 768 short edge (area-capped at 768 * 1344) unless the
+  source is smaller, in which case the source size snapped to multiples of 32 (never upscaled; a
+  64x64 source stays 64x64); diffusers resamples with its video processor. Its VAE latent is the
+  keyframes' recipe over the whole clip (posterior mean; visual noise from a fresh Philox(seed, 0)
+  over the whole latent in C order, so its first 6144 eps are the keyframes'). The conditioner sees
+  every 12th normalised frame (2 fps) at timestamp f / 24 (f32), paired over Qwen3-VL's temporal
+  patch of 2 (an odd last frame pairs with itself), each pair labelled "<t seconds>" with
+  t = (t0 + t1) * 0.5f printed `std::fixed << setprecision(1)` ("<0.2 seconds>" for (0, 0.5)), and
+  -- unlike diffusers, which uses <|video_pad|> and `pixel_values_videos` from its video processor --
+  upstream fills the block with <|image_pad|> and feeds the pair through the image path (the two
+  frames as the two temporal slots of each patch, image grid [1, h, w], image mRoPE). Here the pair's
+  patches are built by hand in the image processor's layout and passed with the picture as IMAGES
+  (`pixel_values`, `image_grid_thw` [[1, 4, 4], [1, 4, 4]]). The video's soundtrack is encoded like a
+  standalone reference soundtrack and is labelled "<Audio j>: " right before "<Video k>: ".
+- Ref2VA tokenization: upstream concatenates the whole presentation into ONE string and tokenizes it
+  whole (special tokens split it, the BPE pre-tokenizer runs over each span between them), so a
+  label's trailing space merges with the next piece (": a" -> ':' ' a', ": <" -> ':' ' <'). sd-cli
+  does the same, and so do these fixtures (`upstream_tokens`); diffusers tokenizes per piece (the
+  script prints both counts). For the keyframe presentations the two agree.
 
 Presentation (both prompts): for keyframe i (first, then last) `tok("<Picture {i+1}>: ")` (tag 1)
 + <|vision_start|> <|image_pad|> x4 <|vision_end|> (tag 0), then `tok(prompt)` (tag 1); no
@@ -73,13 +96,31 @@ as hidden_states = [noised patchified reference latent | generated video] and au
 `build_row_timesteps` pins the image rows at max(t_v, 0.999) and the reference audio rows at 1.0.
 The start noise only covers the generated latents (the same draw as the other cases).
 
+Ref2VA with a reference video (case "ref2va_video", no keyframes): ref.png and ref.wav as in "ref2va",
+plus ref_video/frame_000.png .. frame_029.png (30 64x64 RGB frames: a blurred random image rolled one
+pixel right and down per frame with a brightness ramp, passed at fps 24) and its soundtrack
+ref_video.wav (2400 samples of 32 kHz stereo int16 PCM, other tones), all reloaded from disk. The clip
+is 22 frames (min(30, 22), 22 % 17 == 5), 64x64, frame f = source frame f -> latent (1, 24, 7, 16, 16);
+the conditioner pairs frames (0, 12) -> one block "<0.2 seconds>". Presentation (both prompts):
+`tok("<Picture 1>: ")` + vision block (4 pads) + `tok("<Audio 1>: ")` + `tok("<Video 1>: ")` +
+`tok("<0.2 seconds>")` + <|vision_start|> <|image_pad|> x4 <|vision_end|> + `tok("<Audio 2>: ")` +
+`tok(prompt)` (vision block rows tag 0, all else 1; asserted equal to diffusers' `_build_presentation`
+of [image, video with audio, audio] with its <|video_pad|> ids read as <|image_pad|>). Layout: diffusers'
+`build_ref2va_packed_sequence` with references [image, video (has_audio), audio] ->
+[text | 64 image rows | 2L video-soundtrack rows | 7 * 64 video rows | 2L standalone rows | target audio |
+target video]; hidden_states = [noised image rows | noised patchified video rows | generated video] and
+audio_hidden_states = [video soundtrack rows | standalone rows | generated audio], the order of the
+layout's video_indices / audio_indices (asserted); `build_row_timesteps` pins the image and video rows at
+max(t_v, 0.999) and both soundtracks at 1.0. Start noise, loop and decoding as the other cases.
+
 Writes tests/fixtures/minimax_h3_i2va/:
   first.png, last.png      the 64x64 keyframes (blurred random images; the PNG pixels are the truth)
   ref.png, ref.wav         the Ref2VA reference image (80x80, blurred random) and soundtrack (stereo
                            sine mixes + a little noise, 32 kHz int16); the file contents are the truth
+  ref_video/frame_NNN.png, ref_video.wav   the reference video (30 frames, 64x64) and its soundtrack
   text_encoder/model.safetensors  model.language_model.* (layers 0-1, no norm) + model.visual.*
   text_encoder/config.json, tokenizer.json
-  reference.safetensors, per case c in {i2va, fl2va, ref2va}:
+  reference.safetensors, per case c in {i2va, fl2va, ref2va, ref2va_video}:
     {c}.cond / {c}.uncond   text states [L, 32] / [L_neg, 32]
     {c}.tags / {c}.uncond_tags   modality tags of the text rows (f32 0/1) [L] / [L_neg]
     {c}.ids / {c}.uncond_ids     the presentation token ids (f32) [L] / [L_neg]
@@ -87,6 +128,10 @@ Writes tests/fixtures/minimax_h3_i2va/:
                             (K = 1 / 2, packed order; unpatchified, i.e. the (1, 24, 1, 16, 16) latents stacked)
     ref2va.ref_latent       the unnoised normalised latent of the resized reference image [24, 16, 16]
     ref2va.ref_audio_rows   the normalised reference soundtrack rows [2 * 200, 4] (channel-major)
+    ref2va_video.video_latent   the unnoised normalised reference-video latent [24, 7, 16, 16]
+    ref2va_video.audio_rows     every reference audio row in packed order: the video's soundtrack, then
+                                ref.wav [4 * 200, 4] (channel-major per clip)
+    ref2va_video.positions      position_ids of the whole (cond) layout [S, 3] as f32, for debugging
     {c}.video               frames [F, 3, H, W] in [0, 1]
     {c}.audio               waveform [2, samples]
   and eps (the first 16 Philox(seed 42, offset 0) normals), first_latent / last_latent (the
@@ -95,8 +140,9 @@ Writes tests/fixtures/minimax_h3_i2va/:
 Diagnostics (printed, not saved): the same run with last.png as the first keyframe and with no
 keyframe at all (T2VA at this geometry, which is also the Ref2VA run without its references: the
 two layouts coincide, asserted), compared as video PSNR / audio SNR. With these tiny random models
-the keyframes / references move the decoded frames only slightly (video PSNR ~49-64 dB between
-cases) but the soundtrack clearly (audio SNR ~26-38 dB; ref2va vs t2va: 49.2 dB / 26.5 dB).
+the keyframes / references move the decoded frames only slightly (video PSNR ~45-64 dB between
+cases) but the soundtrack clearly (audio SNR ~23-38 dB; ref2va vs t2va: 49.2 dB / 26.5 dB;
+ref2va_video vs t2va: 45.2 dB / 22.8 dB, vs ref2va: 49.9 dB / 27.8 dB).
 """
 import importlib.util
 import json
@@ -120,7 +166,11 @@ from diffusers.modular_pipelines.minimax_h3.encoders import (
     MiniMaxH3Ref2VATextEncoderStep,
     get_qwen3vl_prompt_embeds,
 )
-from diffusers.modular_pipelines.minimax_h3.references import MiniMaxH3AudioReference, MiniMaxH3ImageReference
+from diffusers.modular_pipelines.minimax_h3.references import (
+    MiniMaxH3AudioReference,
+    MiniMaxH3ImageReference,
+    MiniMaxH3VideoReference,
+)
 import transformers.models.qwen2_vl.image_processing_pil_qwen2_vl as qwen2_vl_pil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -138,6 +188,8 @@ PATCH = (1, 2, 2)
 REF_SIZE = 80  # ref.png is REF_SIZE x REF_SIZE
 REF_RATE, REF_SAMPLES = 32000, 2400  # ref.wav: stereo 16-bit PCM
 REF_AUDIO_BLOCK = 800  # upstream zero-pads a reference soundtrack to a multiple of the real audio VAE's hop
+REF_VIDEO_FRAMES, REF_VIDEO_FPS = 30, 24.0  # ref_video/: 30 PNG frames, passed at the CLI's default 24 fps
+REF_VIDEO_STRIDE = 12  # upstream's conditioner reads every 12th normalised 24 fps frame (2 fps)
 
 
 def load(name):
@@ -189,7 +241,7 @@ def noise_keyframe(z):
     return (z * a + eps * b).float(), eps
 
 
-def presentation(tok, n_pads, text):
+def presentation_pieces(tok, n_pads, text):
     vs, pad, ve = (tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>"))
     ids, tags = [], []
     for i, n in enumerate(n_pads):
@@ -199,6 +251,14 @@ def presentation(tok, n_pads, text):
         tags += [1] * len(label) + [0] * len(vision)
     p = tok(text, add_special_tokens=False)["input_ids"]
     return ids + p, tags + [1] * len(p)
+
+
+def presentation(tok, n_pads, text):
+    """The keyframe presentation; the per-piece and whole-string tokenizations agree for it."""
+    ids, tags = presentation_pieces(tok, n_pads, text)
+    whole = "".join(f"<Picture {i + 1}>: " + vision_block(n) for i, n in enumerate(n_pads)) + text
+    assert upstream_tokens(tok, whole) == (ids, tags)
+    return ids, tags
 
 
 def reference_media():
@@ -265,17 +325,141 @@ def encode_reference_audio(avae, waveform):
     return ((z - am) / ast).reshape(-1, avae.config.latent_channels).contiguous()
 
 
+def upstream_tokens(tok, presentation):
+    """Upstream tokenizes the whole presentation string at once (a label's trailing space merges into
+    what follows, e.g. ': a' -> ':', ' a'); tags are 0 from each <|vision_start|> through its
+    <|vision_end|>, 1 elsewhere."""
+    vs, ve = (tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>"))
+    ids = tok(presentation, add_special_tokens=False)["input_ids"]
+    tags, inside = [], False
+    for i in ids:
+        if i == vs:
+            inside = True
+        tags.append(0 if inside else 1)
+        if i == ve:
+            inside = False
+    return ids, tags
+
+
+def vision_block(n):
+    return "<|vision_start|>" + "<|image_pad|>" * n + "<|vision_end|>"
+
+
 def ref2va_presentation(tok, n_pad, text):
     """Upstream: every image reference first ("<Picture i>: " + vision block), then the standalone audios
     ("<Audio j>: "), then the prompt. One image and one audio here."""
-    vs, pad, ve = (tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>"))
-    label = tok("<Picture 1>: ", add_special_tokens=False)["input_ids"]
-    vision = [vs] + [pad] * n_pad + [ve]
-    audio = tok("<Audio 1>: ", add_special_tokens=False)["input_ids"]
-    p = tok(text, add_special_tokens=False)["input_ids"]
-    ids = label + vision + audio + p
-    tags = [1] * len(label) + [0] * len(vision) + [1] * len(audio) + [1] * len(p)
-    return ids, tags
+    return upstream_tokens(tok, "<Picture 1>: " + vision_block(n_pad) + "<Audio 1>: " + text)
+
+
+def reference_video_media():
+    """ref_video/frame_000.png ... frame_029.png (64x64 RGB: a blurred random image rolled one pixel right and one
+    down per frame, with a brightness ramp) and ref_video.wav (its soundtrack: 2400 samples of 32 kHz stereo int16 PCM,
+    other tones than ref.wav), written and reloaded: the files are what the Rust test passes."""
+    os.makedirs(f"{OUT}/ref_video", exist_ok=True)
+    base = np.array(mm_fx.image(W, H, seed=11).filter(ImageFilter.GaussianBlur(radius=2)), dtype=np.float64)
+    for k in range(REF_VIDEO_FRAMES):
+        px = np.roll(base, (k, k), axis=(0, 1)) + (-40.0 + 80.0 * k / (REF_VIDEO_FRAMES - 1))
+        frame = np.clip(np.round(px), 0, 255).astype(np.uint8)
+        Image.fromarray(frame, "RGB").save(f"{OUT}/ref_video/frame_{k:03d}.png")
+    t = np.arange(REF_SAMPLES, dtype=np.float64) / REF_RATE
+    rng = np.random.default_rng(12)
+    left = 0.35 * np.sin(2 * np.pi * 330.0 * t) + 0.15 * np.sin(2 * np.pi * 990.0 * t + 0.3)
+    right = 0.3 * np.sin(2 * np.pi * 523.25 * t + 1.2) + 0.2 * np.sin(2 * np.pi * 1760.0 * t + 2.0)
+    x = np.stack([left, right]) + 0.01 * rng.standard_normal((2, REF_SAMPLES))
+    pcm = np.clip(np.round(x * 32767.0), -32768, 32767).astype("<i2")
+    with wave.open(f"{OUT}/ref_video.wav", "wb") as fh:
+        fh.setnchannels(2)
+        fh.setsampwidth(2)
+        fh.setframerate(REF_RATE)
+        fh.writeframes(pcm.T.tobytes())  # interleaved L R L R ...
+
+    names = sorted(os.listdir(f"{OUT}/ref_video"))
+    assert names == [f"frame_{k:03d}.png" for k in range(REF_VIDEO_FRAMES)], names
+    frames = [Image.open(f"{OUT}/ref_video/{n}").convert("RGB") for n in names]
+    with wave.open(f"{OUT}/ref_video.wav", "rb") as fh:
+        assert (fh.getnchannels(), fh.getsampwidth(), fh.getframerate()) == (2, 2, REF_RATE)
+        n = fh.getnframes()
+        data = np.frombuffer(fh.readframes(n), dtype="<i2").reshape(n, 2)
+    audio = (data.T.astype(np.float32) / np.float32(32768.0)).copy()  # (2, samples)
+    assert audio.shape == (2, REF_SAMPLES)
+    return frames, audio
+
+
+def upstream_reference_video(frames, fps):
+    """Upstream's reference-video normalisation: lround(count * 24 / fps) frames at 24 fps, capped at the request's
+    frame count and decremented until n % 17 == 5; the canvas is the 768-short-edge nominal size (area-capped at
+    768 * 1344) unless the source is smaller, then the source size snapped to multiples of 32; frame f reads source
+    frame min(count - 1, floor(f * fps / 24)). Then the conditioner's frames: every 12th (2 fps) with timestamp f / 24
+    (f32), paired (an odd last one with itself), each pair labelled with its mean timestamp."""
+    count = len(frames)
+    n = min(cpp_round(count * 24.0 / fps), FRAMES)
+    assert n >= 5
+    while n % 17 != 5:
+        n -= 1
+    sw, sh = frames[0].size
+    ratio = sw / sh
+    nw, nh = (768.0 * ratio, 768.0) if ratio >= 1.0 else (768.0, 768.0 / ratio)
+    if nw * nh > 768.0 * 1344.0:
+        s = math.sqrt((768.0 * 1344.0) / (nw * nh))
+        nw, nh = nw * s, nh * s
+    w, h = max(32, cpp_round(nw / 32.0) * 32), max(32, cpp_round(nh / 32.0) * 32)
+    if sw * sh < w * h:
+        w, h = max(32, cpp_round(sw / 32.0) * 32), max(32, cpp_round(sh / 32.0) * 32)
+    # The fixture's 64x64 source is its own normalised size: upstream's resize is then the identity.
+    assert (w, h) == (sw, sh) == (W, H), ((w, h), (sw, sh))
+    clip = [frames[min(count - 1, math.floor(f * fps / 24.0))] for f in range(n)]
+    sampled = list(range(0, n, REF_VIDEO_STRIDE))
+    stamps = [np.float32(f) / np.float32(24.0) for f in sampled]
+    pairs = []
+    for i in range(0, len(sampled), 2):
+        j = min(i + 1, len(sampled) - 1)
+        mid = np.float32((stamps[i] + stamps[j]) * np.float32(0.5))
+        pairs.append((sampled[i], sampled[j], "<%.1f seconds>" % float(mid)))  # std::fixed << setprecision(1)
+    return clip, pairs
+
+
+def encode_reference_video(vae, clip):
+    """As a keyframe, over the whole clip: ImageNet-normalised pixels (1, 3, n, H, W) -> posterior mean (f32) ->
+    (z - mean) / std."""
+    pixels = torch.from_numpy(np.stack([np.array(f) for f in clip])).permute(3, 0, 1, 2)[None].float().div(255.0)
+    pm = torch.tensor(PIXEL_MEAN).view(1, -1, 1, 1, 1)
+    ps = torch.tensor(PIXEL_STD).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        z = vae.encode((pixels - pm) / ps).latent_dist.mode().float()
+    lm = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    ls = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    return (z - lm) / ls
+
+
+def vision_pixels(ip, img):
+    """The image processor's own per-frame arithmetic (its rescale by 1/255, then its normalize with mean 0.5,
+    std 0.5), on the (C, H, W) uint8 pixels; no resize (64x64 needs none)."""
+    x = ip.rescale(np.ascontiguousarray(np.array(img).transpose(2, 0, 1)), ip.rescale_factor)
+    return np.asarray(ip.normalize(x, ip.image_mean, ip.image_std), dtype=np.float32)
+
+
+def patchify_vision_pair(ip, first, second):
+    """A video block's pixel_values by hand, in Qwen2-VL's image-patch layout: patches in merge-block order (gh, gw,
+    mh, mw), each flattened over (C, T, ph, pw) with `first` in temporal slot 0 and `second` in slot 1 -- upstream's
+    process_video_block_tensor."""
+    patch, merge = ip.patch_size, ip.merge_size
+    x = np.stack([vision_pixels(ip, first), vision_pixels(ip, second)])  # (T, C, H, W)
+    t, c, h, w = x.shape
+    gh, gw = h // patch, w // patch
+    x = x.reshape(t, c, gh // merge, merge, patch, gw // merge, merge, patch)
+    x = x.transpose(2, 5, 3, 6, 1, 0, 4, 7)  # (gh/m, gw/m, mh, mw, C, T, ph, pw)
+    return torch.from_numpy(np.ascontiguousarray(x.reshape(gh * gw, c * t * patch * patch))), [1, gh, gw]
+
+
+def ref2va_video_presentation(tok, n_image_pad, video_blocks, text):
+    """Upstream's order: every image ("<Picture i>: " + vision block), then every video -- its soundtrack's
+    "<Audio j>: " label first, then "<Video k>: " and per frame pair "<t seconds>" + a vision block of
+    <|image_pad|> -- then the standalone audios ("<Audio j>: "), then the prompt. One image, one video with a
+    soundtrack and one standalone audio here; tokenized as one string, as upstream."""
+    s = "<Picture 1>: " + vision_block(n_image_pad) + "<Audio 1>: " + "<Video 1>: "
+    for label, n in video_blocks:
+        s += label + vision_block(n)
+    return upstream_tokens(tok, s + "<Audio 2>: " + text)
 
 
 def main():
@@ -413,8 +597,9 @@ def main():
         ids, tags = ref2va_presentation(tok, n_pad, PROMPT)
         uids, utags = ref2va_presentation(tok, n_pad, NEGATIVE)
         for text, i_, t_ in ((PROMPT, ids, tags), (NEGATIVE, uids, utags)):
-            # For this order (images first) upstream's presentation is diffusers' request-order one.
-            assert (i_, t_) == MiniMaxH3Ref2VATextEncoderStep._build_presentation(tok, text, refs, [n_pad], [], [])
+            # diffusers tokenizes piece by piece; upstream the whole string (one token fewer here).
+            d_ids, _ = MiniMaxH3Ref2VATextEncoderStep._build_presentation(tok, text, refs, [n_pad], [], [])
+            print("ref2va tokens: upstream", len(i_), "diffusers", len(d_ids))
         cond, uncond = states(ids, vin), states(uids, vin)
         tags, utags = torch.tensor(tags, dtype=torch.long), torch.tensor(utags, dtype=torch.long)
 
@@ -429,9 +614,88 @@ def main():
                     "video": video, "audio": wave_})
         return out
 
+    video_frames, video_wave = reference_video_media()
+    video_clip, video_pairs = upstream_reference_video(video_frames, REF_VIDEO_FPS)
+    video_latent = encode_reference_video(vae, video_clip)
+    assert video_latent.shape == (1, 24, t_lat, lh, lw), video_latent.shape
+    video_noised, video_eps = noise_keyframe(video_latent)  # a fresh Philox(seed, 0) over the whole latent
+    assert torch.equal(video_eps.flatten()[:eps.numel()], eps.flatten())
+    video_audio_rows = encode_reference_audio(avae, video_wave)
+
+    def run_ref2va_video():
+        """One reference image, one reference video with its soundtrack, one standalone soundtrack (upstream's
+        images, videos, audios order, which is also the request order here)."""
+        refs = [MiniMaxH3ImageReference(image=ref_image),
+                MiniMaxH3VideoReference(frames=np.stack([np.array(f) for f in video_clip]), fps=24.0,
+                                        audio=torch.from_numpy(video_wave), sample_rate=REF_RATE),
+                MiniMaxH3AudioReference(audio=torch.from_numpy(ref_wave), sample_rate=REF_RATE)]
+        assert [r.kind for r in refs] == ["image", "video", "audio"] and refs[1].has_audio
+        ip = proc.image_processor
+        vision = ip(images=[ref_image], return_tensors="pt")
+        assert vision["image_grid_thw"].tolist() == [[1, 4, 4]], vision["image_grid_thw"]
+        n_pad = int(vision["image_grid_thw"][0].prod()) // ip.merge_size ** 2
+        # The hand patchify is the processor's when both temporal slots hold the same frame.
+        same, _ = patchify_vision_pair(ip, ref_image, ref_image)
+        assert torch.equal(same, vision["pixel_values"]), float((same - vision["pixel_values"]).abs().max())
+        pixel_values, grids, blocks = [vision["pixel_values"]], [[1, 4, 4]], []
+        for f0, f1, label in video_pairs:
+            pv, grid = patchify_vision_pair(ip, video_clip[f0], video_clip[f1])
+            pixel_values.append(pv)
+            grids.append(grid)
+            blocks.append((label, grid[1] * grid[2] // ip.merge_size ** 2))
+        vin = {"pixel_values": torch.cat(pixel_values), "image_grid_thw": torch.tensor(grids, dtype=torch.long)}
+
+        ids, tags = ref2va_video_presentation(tok, n_pad, blocks, PROMPT)
+        uids, utags = ref2va_video_presentation(tok, n_pad, blocks, NEGATIVE)
+        # diffusers' presentation of the same request (labels, order, tags), but with <|video_pad|> video blocks.
+        sampled, stamps = MiniMaxH3Ref2VATextEncoderStep._sample_video_condition_frames(
+            refs[1].frames, 24.0, 24.0 / REF_VIDEO_STRIDE, ip.temporal_patch_size)
+        assert ["<%.1f seconds>" % s for s in stamps] == [b[0] for b in blocks], (stamps, blocks)
+        assert len(sampled) == len(range(0, len(video_clip), REF_VIDEO_STRIDE))
+        vpad, ipad = tok.convert_tokens_to_ids("<|video_pad|>"), tok.convert_tokens_to_ids("<|image_pad|>")
+        for text, i_, t_ in ((PROMPT, ids, tags), (NEGATIVE, uids, utags)):
+            d_ids, d_tags = MiniMaxH3Ref2VATextEncoderStep._build_presentation(
+                tok, text, refs, [n_pad], [blocks[0][1]], [stamps])
+            print("ref2va_video tokens: upstream", len(i_), "diffusers", len(d_ids))
+        cond, uncond = states(ids, vin), states(uids, vin)
+        tags, utags = torch.tensor(tags, dtype=torch.long), torch.tensor(utags, dtype=torch.long)
+
+        cond_latents = [ref_noised, video_noised]
+        audio_cond = [video_audio_rows, ref_audio_rows]
+
+        def layout(ttags):
+            return MiniMaxH3Ref2VAPrepareLayoutStep.build_ref2va_packed_sequence(
+                ttags, refs, cond_latents, audio_cond, t_lat, lh, lw, audio_len, PATCH, 2, 2, 0)
+
+        # The transformer reads its i-th video / audio input row at video_indices[i] / audio_indices[i]: check that
+        # [image rows | video rows | target] and [video soundtrack | standalone soundtrack | target] are the layout's
+        # order (per reference: soundtrack rows, then video rows, in sequence order).
+        pos, _, vid, aud, txt, ncv, nca = layout(tags)
+        n_text, n_img, n_vid = txt.numel(), lh // 2 * lw // 2, t_lat * (lh // 2) * (lw // 2)
+        n_va, n_sa = video_audio_rows.shape[0], ref_audio_rows.shape[0]
+        s = n_text
+        expect_v = [torch.arange(s, s + n_img)]
+        expect_a = [torch.arange(s + n_img, s + n_img + n_va)]
+        expect_v.append(torch.arange(s + n_img + n_va, s + n_img + n_va + n_vid))
+        s += n_img + n_va + n_vid
+        expect_a.append(torch.arange(s, s + n_sa))
+        s += n_sa
+        expect_a.append(torch.arange(s, s + 2 * audio_len))
+        expect_v.append(torch.arange(s + 2 * audio_len, s + 2 * audio_len + t_lat * (lh // 2) * (lw // 2)))
+        assert torch.equal(vid, torch.cat(expect_v)) and torch.equal(aud, torch.cat(expect_a))
+        assert (ncv, nca) == (n_img + n_vid, n_va + n_sa) and pos.shape[0] == vid.numel() + aud.numel() + n_text
+
+        cond_rows = torch.cat([patchify_video_latents(ref_noised, PATCH), patchify_video_latents(video_noised, PATCH)])
+        video, wave_ = sample(cond, tags, uncond, utags, layout, cond_rows, torch.cat(audio_cond))
+        out = text_outputs(cond, tags, uncond, utags, ids, uids)
+        out.update({"video_latent": video_latent[0].contiguous(), "audio_rows": torch.cat(audio_cond).contiguous(),
+                    "positions": pos.float().contiguous(), "video": video, "audio": wave_})
+        return out
+
     cases = {"i2va": (("first",), ("first",)), "fl2va": (("first", "last"), ("first", "last"))}
     results = {c: run(*args) for c, args in cases.items()}
     results["ref2va"] = run_ref2va()
+    results["ref2va_video"] = run_ref2va_video()
     # Diagnostics only: the first keyframe swapped for last.png, and no keyframe at all (T2VA).
     swapped = run(("last",), ("first",))
     t2va = run((), ())
@@ -485,7 +749,9 @@ def main():
                          ("i2va", "t2va (no keyframe)", results["i2va"], t2va),
                          ("fl2va", "t2va (no keyframe)", results["fl2va"], t2va),
                          ("ref2va", "t2va (no reference)", results["ref2va"], t2va),
-                         ("ref2va", "i2va", results["ref2va"], results["i2va"])):
+                         ("ref2va", "i2va", results["ref2va"], results["i2va"]),
+                         ("ref2va_video", "t2va (no reference)", results["ref2va_video"], t2va),
+                         ("ref2va_video", "ref2va", results["ref2va_video"], results["ref2va"])):
         print(f"{a} vs {b}: video MSE {mse(r1['video'], r2['video']):.3g} (PSNR {psnr(r1['video'], r2['video']):.1f} dB),"
               f" audio SNR {snr(r2['audio'], r1['audio']):.1f} dB")
     print("i2va(last.png as first) frame0 PSNR vs last.png", f"{psnr(swapped['video'][0], px['last']):.2f}")
@@ -500,6 +766,28 @@ def main():
           f" reference audio latents per channel L = {r['ref_audio_rows'].shape[0] // 2},"
           f" rows {tuple(r['ref_audio_rows'].shape)}, |rows| mean {float(r['ref_audio_rows'].abs().mean()):.4f};"
           f" ref |z| {float(r['ref_latent'].abs().mean()):.4f}")
+    assert not torch.equal(results["ref2va_video"]["video"], results["ref2va"]["video"])
+    assert not torch.equal(results["ref2va_video"]["audio"], results["ref2va"]["audio"])
+    r = results["ref2va_video"]
+    n_text = r["cond"].shape[0]
+    vf0 = torch.from_numpy(np.array(video_clip[0])).permute(2, 0, 1).float() / 255
+    print(f"ref2va_video: {len(video_frames)} frames @ {REF_VIDEO_FPS:g} fps -> {len(video_clip)} normalised frames,"
+          f" video latent {tuple(r['video_latent'].shape)} |z| {float(r['video_latent'].abs().mean()):.4f};"
+          f" conditioner pairs {video_pairs}; L per clip: video soundtrack {video_audio_rows.shape[0] // 2},"
+          f" standalone {ref_audio_rows.shape[0] // 2}; audio_rows {tuple(r['audio_rows'].shape)};"
+          f" tokens cond {n_text} (vision tags {int((r['tags'] == 0).sum())}) uncond {r['uncond'].shape[0]};"
+          f" sequence {r['positions'].shape[0]} rows = {n_text} text + 64 image + {video_audio_rows.shape[0]} video"
+          f" soundtrack + {t_lat * 64} video + {ref_audio_rows.shape[0]} standalone + {2 * audio_len} target audio"
+          f" + {t_lat * 64} target video; frame0 vs reference frame 0 PSNR {psnr(r['video'][0], vf0):.2f} dB"
+          f" (t2va {psnr(t2va['video'][0], vf0):.2f})")
+    # Upstream builds the presentation as ONE string and tokenizes it whole (special tokens split it; the BPE
+    # pre-tokenizer runs over each span between them), so a label's trailing space merges into what follows
+    # ("<Audio 1>: a" -> ... ':' ' a'), and so do these fixtures: the saved ids re-tokenize to themselves.
+    for c, txt_ in (("ref2va", PROMPT), ("ref2va", NEGATIVE), ("ref2va_video", PROMPT), ("ref2va_video", NEGATIVE)):
+        got = results[c]["ids" if txt_ == PROMPT else "uncond_ids"].long().tolist()
+        s_ = tok.decode(got, skip_special_tokens=False)
+        whole = tok(s_, add_special_tokens=False)["input_ids"]
+        assert whole == got, (c, txt_)
     # With no references, the ref2va layout is the T2VA one, so t2va above is the ref2va run minus its references.
     tt = torch.tensor(presentation(tok, [], PROMPT)[1], dtype=torch.long)
     a_ = MiniMaxH3PrepareLayoutStep.build_packed_sequence(tt, t_lat, lh, lw, audio_len, PATCH, 2, 2, 0, ())

@@ -113,6 +113,8 @@ pub(super) fn resolve(cli: &Cli, warnings: &mut Vec<String>) -> Result<Generatio
         vace_strength,
         refs: g.ref_image.clone(),
         ref_audio: g.ref_audio.clone(),
+        ref_videos: g.ref_video.clone(),
+        ref_video_audio: g.ref_video_audio.clone(),
         increase_ref_index: g.increase_ref_index,
         ref_args,
         control_strength,

@@ -18,6 +18,7 @@
 //! round it to f16, draw ε from the request's generator before the start noise, stretch (not
 //! crop) the first keyframe, and resize the vision input with the checkpoint's processor.
 
+use super::conditions::Item;
 use crate::image_io::{crop_to_aspect, resize_bilinear, resize_nearest, Image};
 use crate::models::dit::minimax_h3::{layout, Keyframe};
 use crate::models::te::qwen3_vl_vision::smart_resize;
@@ -90,32 +91,68 @@ pub fn vision_input(img: &Image, factor: usize) -> crate::error::Result<(Vec<u8>
     Ok((resized.data, tw, th))
 }
 
-/// The prompt with its media: per picture `<Picture i>: ` + vision start + `pads[i]` image
-/// pads + vision end, then `<Audio k>: ` per reference soundtrack, then the prompt, as
-/// upstream presents them (tokenized per piece; the special tokens split the text anyway).
-/// Returns the ids and each token's modality tag (text, or video for a vision block).
+/// The prompt with its media, as upstream presents it: per item `<Picture i>: ` + a vision
+/// block, `<Audio k>: `, or `<Video j>: ` + per block its `<t seconds>` label and a vision
+/// block (each kind numbered on its own), then the prompt. Vision blocks are vision start +
+/// `pads[b]` image pads + vision end, in order. The whole string is tokenized at once, as
+/// upstream does (a label's trailing space joins the next word: `: a` is `:`, ` a`). Returns
+/// the ids and each token's modality tag (video from a vision start through its end, text
+/// elsewhere).
 pub fn presentation(
     tokenizer: &BpeTokenizer,
     prompt: &str,
+    items: &[Item],
     pads: &[usize],
-    audio_labels: usize,
 ) -> (Vec<u32>, Vec<u8>) {
-    let mut ids = Vec::new();
-    let mut tags = Vec::new();
-    let mut text = |s: &str, tag: usize| {
-        let t = tokenizer.encode(s);
-        tags.extend(std::iter::repeat_n(tag as u8, t.len()));
-        ids.extend(t);
+    let mut pads = pads.iter();
+    let mut block = || {
+        let n = pads.next().copied().unwrap_or(0);
+        format!("{VISION_START}{}{VISION_END}", IMAGE_PAD.repeat(n))
     };
-    for (i, &n) in pads.iter().enumerate() {
-        text(&format!("<Picture {}>: ", i + 1), layout::TEXT_TAG);
-        let block = format!("{VISION_START}{}{VISION_END}", IMAGE_PAD.repeat(n));
-        text(&block, layout::VIDEO_TAG);
+    let mut s = String::new();
+    let (mut picture, mut audio, mut video) = (0, 0, 0);
+    for item in items {
+        match item {
+            Item::Picture => {
+                picture += 1;
+                s += &format!("<Picture {picture}>: {}", block());
+            }
+            Item::Audio => {
+                audio += 1;
+                s += &format!("<Audio {audio}>: ");
+            }
+            Item::Video(labels) => {
+                video += 1;
+                s += &format!("<Video {video}>: ");
+                for label in labels {
+                    s += label;
+                    s += &block();
+                }
+            }
+        }
     }
-    for k in 0..audio_labels {
-        text(&format!("<Audio {}>: ", k + 1), layout::TEXT_TAG);
-    }
-    text(prompt, layout::TEXT_TAG);
+    s += prompt;
+    let ids = tokenizer.encode(&s);
+    let (start, end) = (
+        tokenizer.token_to_id(VISION_START),
+        tokenizer.token_to_id(VISION_END),
+    );
+    let mut inside = false;
+    let tags = ids
+        .iter()
+        .map(|&id| {
+            inside |= Some(id) == start;
+            let tag = if inside {
+                layout::VIDEO_TAG
+            } else {
+                layout::TEXT_TAG
+            };
+            if Some(id) == end {
+                inside = false;
+            }
+            tag as u8
+        })
+        .collect();
     (ids, tags)
 }
 

@@ -262,7 +262,7 @@ impl MiniMaxH3Pipeline {
                         ))
                     })?;
                 let pads: Vec<usize> = k.vision.iter().map(|v| v.grid_h * v.grid_w).collect();
-                let (ids, tags) = presentation(&self.tokenizer, prompt, &pads, k.audio_labels);
+                let (ids, tags) = presentation(&self.tokenizer, prompt, &k.presentation, &pads);
                 let ids: Vec<i32> = ids.into_iter().map(|i| i as i32).collect();
                 let c = self.te.model.config();
                 let input = Qwen3MmInput::from_images(ids, pad_id, &k.vision, c.hidden)?;
@@ -553,11 +553,12 @@ impl Generator for MiniMaxH3Pipeline {
     }
 
     fn prepare(&mut self, batch: &BatchInputs<'_>) -> Result<()> {
-        let references = !batch.refs.is_empty() || !batch.ref_audio.is_empty();
+        let references =
+            !batch.refs.is_empty() || !batch.ref_audio.is_empty() || !batch.ref_videos.is_empty();
         if references && (batch.init.is_some() || batch.end.is_some()) {
             return Err(Error::Unsupported(
                 "MiniMax-H3 takes keyframes (--init-img/--end-img) or references (-r, \
-                 --ref-audio), not both"
+                 --ref-video, --ref-audio), not both"
                     .into(),
             ));
         }
@@ -581,7 +582,8 @@ impl Generator for MiniMaxH3Pipeline {
         crate::pipeline::check_size(batch.width, batch.height, self.size_multiple())?;
         self.conditions = None;
         let images = fit_keyframes(batch.init, batch.end, batch.width, batch.height);
-        if (!images.is_empty() || !batch.refs.is_empty()) && self.vision.is_none() {
+        let pictures = !images.is_empty() || !batch.refs.is_empty() || !batch.ref_videos.is_empty();
+        if pictures && self.vision.is_none() {
             log::warn!(
                 "MiniMax-H3: no Qwen3-VL vision weights (--llm_vision, or an --llm file \
                  holding them): the pictures are left out of the prompt"
@@ -590,9 +592,9 @@ impl Generator for MiniMaxH3Pipeline {
         if references {
             self.conditions = Some(self.encode_references(
                 batch.refs,
+                batch.ref_videos,
                 batch.ref_audio,
-                batch.width,
-                batch.height,
+                (batch.width, batch.height, frames),
                 batch.tiling,
             )?);
         } else if !images.is_empty() {

@@ -37,11 +37,20 @@ pub enum Keyframe {
     Last,
 }
 
-/// One Ref2VA reference block, in packed order (upstream: images, then audio clips).
+/// One Ref2VA reference block, in packed order (upstream: images, then videos, then audio
+/// clips).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reference {
     /// A reference image: one latent frame of `height × width` (latent units).
     Image { height: usize, width: usize },
+    /// A reference video of `frames` latent frames, its soundtrack's `audio_latents` per
+    /// channel (0 without one) packed before it from the same clock time.
+    Video {
+        frames: usize,
+        height: usize,
+        width: usize,
+        audio_latents: usize,
+    },
     /// A reference soundtrack: `latents` per stereo channel.
     Audio { latents: usize },
 }
@@ -273,6 +282,61 @@ pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
                 row += n;
                 cond_rows += n;
                 clock += 1.0;
+            }
+            Reference::Video {
+                frames: n,
+                height,
+                width,
+                audio_latents,
+            } => {
+                if height < ph || width < pw || height % ph != 0 || width % pw != 0 {
+                    return None;
+                }
+                let area = ((height * width) as f64).sqrt();
+                let (ha, wa) = (
+                    spatial_axis(height, ph, area),
+                    spatial_axis(width, pw, area),
+                );
+                // Its soundtrack, pinned to the video's own first / last width coordinate.
+                for ch in 0..AUDIO_CHANNELS {
+                    let w = if ch == 0 { wa[0] } else { wa[wa.len() - 1] };
+                    for i in 0..audio_latents {
+                        push(clock + i as f64, 0.0, w);
+                    }
+                }
+                let na = AUDIO_CHANNELS * audio_latents;
+                if na > 0 {
+                    let ti = timestep_index(&mut timesteps, req.audio_t.max(1.0));
+                    runs.push(Run {
+                        source: Source::Audio,
+                        from: ref_audio_rows,
+                        len: na,
+                    });
+                    add_span(row, na, ti * MODALITIES + AUDIO_TAG);
+                    row += na;
+                    ref_audio_rows += na;
+                }
+                let mut t = clock;
+                for f in 0..n {
+                    for &h in &ha {
+                        for &w in &wa {
+                            push(t, h, w);
+                        }
+                    }
+                    t += frame_span(f);
+                }
+                let nv = n * ha.len() * wa.len();
+                let ti = timestep_index(&mut timesteps, req.video_t.max(KEYFRAME_T));
+                runs.push(Run {
+                    source: Source::Video,
+                    from: cond_rows,
+                    len: nv,
+                });
+                add_span(row, nv, ti * MODALITIES + VIDEO_TAG);
+                row += nv;
+                cond_rows += nv;
+                let span: f64 = (0..n).map(frame_span).sum();
+                clock += span.max(audio_latents as f64);
             }
             Reference::Audio { latents } => {
                 for ch in 0..AUDIO_CHANNELS {

@@ -24,7 +24,7 @@ pub use model::{
     check_patch_grid, encode_image, merge_order_coords, position_taps, Qwen3VlVision,
     VisionHostOutput, VisionOutput,
 };
-pub use preprocess::{patchify, smart_resize, VisionPreprocessConfig};
+pub use preprocess::{patchify, patchify_frames, smart_resize, VisionPreprocessConfig};
 pub use source::{
     llamacpp_deepstack_layers, qwen3_vl_vision_llamacpp_to_hf, Qwen3VlVisionSource, IN_CHANNELS,
 };

@@ -179,8 +179,18 @@ impl VisionPreprocessConfig {
         width: usize,
         height: usize,
     ) -> Result<(Vec<f32>, [usize; 3]), VisionError> {
-        patchify(
-            rgb,
+        self.patchify_frames(&[rgb], width, height)
+    }
+
+    /// [`patchify_frames`] with these settings.
+    pub fn patchify_frames(
+        &self,
+        frames: &[&[u8]],
+        width: usize,
+        height: usize,
+    ) -> Result<(Vec<f32>, [usize; 3]), VisionError> {
+        patchify_frames(
+            frames,
             width,
             height,
             self.image_mean,
@@ -250,19 +260,46 @@ pub fn patchify(
     merge: usize,
     rescale: f64,
 ) -> Result<(Vec<f32>, [usize; 3]), VisionError> {
+    patchify_frames(
+        &[rgb],
+        width,
+        height,
+        mean,
+        std,
+        patch,
+        temporal,
+        merge,
+        rescale,
+    )
+}
+
+/// [`patchify`] of one temporal patch of several frames (a video block): temporal slot `t`
+/// reads frame `min(t, frames − 1)`, so one frame is repeated as for an image.
+#[allow(clippy::too_many_arguments)]
+pub fn patchify_frames(
+    frames: &[&[u8]],
+    width: usize,
+    height: usize,
+    mean: [f32; 3],
+    std: [f32; 3],
+    patch: usize,
+    temporal: usize,
+    merge: usize,
+    rescale: f64,
+) -> Result<(Vec<f32>, [usize; 3]), VisionError> {
     if width == 0 || height == 0 {
         return Err(VisionError::EmptyImage { height, width });
     }
-    if patch == 0 || temporal == 0 || merge == 0 {
+    if patch == 0 || temporal == 0 || merge == 0 || frames.is_empty() {
         return Err(VisionError::BadSetting(
-            "patch, temporal patch and merge sizes must be positive".into(),
+            "patch, temporal patch and merge sizes must be positive, with a frame".into(),
         ));
     }
     let expected = width
         .checked_mul(height)
         .and_then(|n| n.checked_mul(3))
         .ok_or(VisionError::EmptyImage { height, width })?;
-    if rgb.len() != expected {
+    if let Some(rgb) = frames.iter().find(|f| f.len() != expected) {
         return Err(VisionError::RgbLength {
             height,
             width,
@@ -282,7 +319,8 @@ pub fn patchify(
     let (gh, gw) = (height / patch, width / patch);
     let patch_dim = 3 * temporal * patch * patch;
     // Rescale in f64 then narrow (numpy's rescale), normalise in f32.
-    let value = |row: usize, col: usize, c: usize| -> f32 {
+    let value = |t: usize, row: usize, col: usize, c: usize| -> f32 {
+        let rgb = frames[t.min(frames.len() - 1)];
         let v = (f64::from(rgb[(row * width + col) * 3 + c]) * rescale) as f32;
         (v - mean[c]) / std[c]
     };
@@ -293,10 +331,10 @@ pub fn patchify(
                 for ic in 0..merge {
                     let (row0, col0) = ((br * merge + ir) * patch, (bc * merge + ic) * patch);
                     for c in 0..3 {
-                        for _ in 0..temporal {
+                        for t in 0..temporal {
                             for y in 0..patch {
                                 for x in 0..patch {
-                                    out.push(value(row0 + y, col0 + x, c));
+                                    out.push(value(t, row0 + y, col0 + x, c));
                                 }
                             }
                         }
