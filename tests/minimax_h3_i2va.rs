@@ -175,6 +175,41 @@ fn fl2va_matches_the_reference() {
     check_case("fl2va", &["--init-img", s(&first), "--end-img", s(&last)]);
 }
 
+#[test]
+fn reference_errors_name_the_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wav = dir().join("ref.wav");
+    // A reference soundtrack needs the audio VAE's encoder.
+    let o = Command::new(env!("CARGO_BIN_EXE_sd-cli"))
+        .args(["-M", "vid_gen", "--diffusion-model", s(&transformer())])
+        .args(["--llm", s(&llm()), "--vae", s(&vae())])
+        .args(["-p", PROMPT, "-W", "64", "-H", "64", "--steps", "1"])
+        .args(["--video-frames", "5", "--ref-audio", s(&wav)])
+        .args(["-o", s(&tmp.path().join("x.avi"))])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--ref-audio") && err.contains("--audio-vae"),
+        "{err}"
+    );
+    // A reference video of fewer than 5 frames.
+    let short = tmp.path().join("short");
+    std::fs::create_dir(&short).unwrap();
+    for i in 0..3 {
+        std::fs::copy(
+            dir().join("ref_video/frame_000.png"),
+            short.join(format!("f{i}.png")),
+        )
+        .unwrap();
+    }
+    let o = run(&tmp.path().join("y.avi"), &["--ref-video", s(&short)]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--ref-video 1: 3 frames"), "{err}");
+}
+
 /// The pipeline over the fixture files, with the VAE encoder and the vision tower.
 fn pipeline() -> MiniMaxH3Pipeline {
     let mut files = ComponentFiles::new("MiniMax-H3")

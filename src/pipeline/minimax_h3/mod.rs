@@ -9,8 +9,8 @@
 //! final norm; the `discrete` flow schedule with the video shift (12, `--flow-shift`) and the
 //! audio carried on it with its shift 3 (`carrier`); CFG as `uncond + cfg · (cond − uncond)`
 //! on the packed output. Keyframes (`--init-img`, `--end-img`: I2VA / FL2VA) condition as
-//! `keyframes` describes; references (`-r`, `--ref-video`, `--ref-audio`: Ref2VA) are not
-//! implemented yet.
+//! `keyframes` describes, references (`-r`, `--ref-video`, `--ref-video-audio`,
+//! `--ref-audio`: Ref2VA) as `references` does; `conditions` encodes either once per batch.
 
 mod carrier;
 mod conditions;
