@@ -170,9 +170,8 @@ mod tests {
         let b = visual_noise(&z, 42);
         assert_eq!(a.data, b.data, "the same seed gives the same noise");
         let eps = PhiloxRng::new(42).randn(4);
-        for i in 0..4 {
-            let want = z.data[i] * 0.999 + eps[i] * (1.0 - 0.999f32);
-            assert_eq!(a.data[i], want);
+        for ((got, x), e) in a.data.iter().zip(&z.data).zip(&eps) {
+            assert_eq!(*got, x * 0.999 + e * (1.0 - 0.999f32));
         }
         assert_ne!(visual_noise(&z, 43).data, a.data);
     }
