@@ -349,7 +349,7 @@ fn keyframes_without_vision_weights_condition_through_latents_and_refusals() {
     let b = read_png(&tmp.path().join("keyed_0.png")).unwrap();
     assert_ne!(a.data, b.data, "the keyframe changes the video");
 
-    // Keyframes and references exclude each other; reference videos are not implemented.
+    // Keyframes and references exclude each other; a reference video needs frames.
     let o = run(
         &tmp.path().join("x.avi"),
         &["--init-img", s(&img), "-r", s(&img)],
@@ -357,8 +357,13 @@ fn keyframes_without_vision_weights_condition_through_latents_and_refusals() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("not both"), "{err}");
-    let o = run(&tmp.path().join("x.avi"), &["--ref-video", s(tmp.path())]);
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = run(&tmp.path().join("x.avi"), &["--ref-video", s(&empty)]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--ref-video"), "{err}");
+    assert!(
+        err.contains("--ref-video") && err.contains("no .png"),
+        "{err}"
+    );
 }

@@ -163,6 +163,104 @@ fn timestep_index(values: &mut Vec<f32>, t: f32) -> usize {
     }
 }
 
+/// The sequence as it is laid out: rows' positions, where their inputs come from, their
+/// AdaLN rows.
+#[derive(Default)]
+struct Builder {
+    positions: Vec<[f32; 3]>,
+    runs: Vec<Run>,
+    spans: Vec<Span>,
+    timesteps: Vec<f32>,
+    /// Video / audio input rows taken so far.
+    video_from: usize,
+    audio_from: usize,
+}
+
+impl Builder {
+    fn rows(&self) -> usize {
+        self.positions.len()
+    }
+
+    fn span(&mut self, len: usize, t: f32, tag: usize) {
+        if len > 0 {
+            let modulation = timestep_index(&mut self.timesteps, t) * MODALITIES + tag;
+            let start = self.rows() - len;
+            self.spans.push(Span {
+                start,
+                len,
+                modulation,
+            });
+        }
+    }
+
+    /// `frames` latent frames of video rows on the `h × w` axes from clock time `t0`
+    /// (advancing by [`frame_span`], or not at all with `still`), at timestep `t`; returns
+    /// the clock after them.
+    fn video(&mut self, t0: f64, frames: usize, axes: &Axes, still: bool, t: f32) -> f64 {
+        let mut clock = t0;
+        for f in 0..frames {
+            for &h in &axes.h {
+                for &w in &axes.w {
+                    self.positions.push([clock as f32, h as f32, w as f32]);
+                }
+            }
+            if !still {
+                clock += frame_span(f);
+            }
+        }
+        let len = frames * axes.h.len() * axes.w.len();
+        self.runs.push(Run {
+            source: Source::Video,
+            from: self.video_from,
+            len,
+        });
+        self.video_from += len;
+        self.span(len, t, VIDEO_TAG);
+        clock
+    }
+
+    /// `latents` audio rows per stereo channel, channel-major, from clock time `t0`, the
+    /// channels pinned to the first / last coordinate of the `w` axis, at timestep `t`.
+    fn audio(&mut self, t0: f64, latents: usize, w: &[f64], t: f32) {
+        for ch in 0..AUDIO_CHANNELS {
+            let x = if ch == 0 { w[0] } else { w[w.len() - 1] };
+            for i in 0..latents {
+                self.positions.push([(t0 + i as f64) as f32, 0.0, x as f32]);
+            }
+        }
+        let len = AUDIO_CHANNELS * latents;
+        if len > 0 {
+            self.runs.push(Run {
+                source: Source::Audio,
+                from: self.audio_from,
+                len,
+            });
+        }
+        self.audio_from += len;
+        self.span(len, t, AUDIO_TAG);
+    }
+}
+
+/// The aspect-normalised spatial axes of one frame.
+struct Axes {
+    h: Vec<f64>,
+    w: Vec<f64>,
+}
+
+impl Axes {
+    /// `None` when a side does not divide into patches.
+    fn new(height: usize, width: usize, ph: usize, pw: usize) -> Option<Self> {
+        if height < ph || width < pw || height % ph != 0 || width % pw != 0 {
+            return None;
+        }
+        let area = ((height * width) as f64).sqrt();
+        Some(Self {
+            h: spatial_axis(height, ph, area),
+            w: spatial_axis(width, pw, area),
+        })
+    }
+}
+
 /// Lays out one call; `None` when a size does not divide by the patch or nothing is generated.
 pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
     let [pt, ph, pw] = req.patch;
@@ -171,46 +269,26 @@ pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
         || ph == 0
         || pw == 0
         || !req.latent_frames.is_multiple_of(pt)
-        || !req.latent_height.is_multiple_of(ph)
-        || !req.latent_width.is_multiple_of(pw)
         || req.latent_frames == 0
-        || req.latent_height < ph
-        || req.latent_width < pw
     {
         return None;
     }
+    let axes = Axes::new(req.latent_height, req.latent_width, ph, pw)?;
     let text = req.text_tags.len();
     let frames = req.latent_frames / pt;
-    let sqrt_area = ((req.latent_height * req.latent_width) as f64).sqrt();
-    let h_axis = spatial_axis(req.latent_height, ph, sqrt_area);
-    let w_axis = spatial_axis(req.latent_width, pw, sqrt_area);
-    let per_frame = h_axis.len() * w_axis.len();
     let origin = text as f64;
-
-    let mut timesteps = Vec::new();
-    let video_ti = timestep_index(&mut timesteps, req.video_t);
-    let audio_ti = timestep_index(&mut timesteps, req.audio_t);
-
-    let mut positions: Vec<[f32; 3]> = Vec::new();
-    let mut push = |t: f64, h: f64, w: f64| positions.push([t as f32, h as f32, w as f32]);
-    let mut runs = Vec::new();
-    let mut spans: Vec<Span> = Vec::new();
-    let mut add_span = |start: usize, len: usize, modulation: usize| {
-        if len > 0 {
-            spans.push(Span {
-                start,
-                len,
-                modulation,
-            });
-        }
-    };
+    let condition_t = req.video_t.max(KEYFRAME_T);
+    let mut b = Builder::default();
+    // The generated rows' timesteps come first.
+    let video_ti = timestep_index(&mut b.timesteps, req.video_t);
+    let audio_ti = timestep_index(&mut b.timesteps, req.audio_t);
 
     // Text: runs of equal tags are spans of their own.
-    for (i, _) in req.text_tags.iter().enumerate() {
-        push(i as f64, 0.0, 0.0);
+    for i in 0..text {
+        b.positions.push([i as f32, 0.0, 0.0]);
     }
     if text > 0 {
-        runs.push(Run {
+        b.runs.push(Run {
             source: Source::Text,
             from: 0,
             len: text,
@@ -220,67 +298,40 @@ pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
     for i in 1..=text {
         if i == text || req.text_tags[i] != req.text_tags[start] {
             let tag = usize::from(req.text_tags[start]).min(AUDIO_TAG);
-            add_span(start, i - start, video_ti * MODALITIES + tag);
+            b.spans.push(Span {
+                start,
+                len: i - start,
+                modulation: video_ti * MODALITIES + tag,
+            });
             start = i;
         }
     }
 
-    // Keyframes: one frame of rows each, at the clock's start or at the last frame's time.
-    let mut row = text;
-    if !req.keyframes.is_empty() {
-        let cond_ti = timestep_index(&mut timesteps, req.video_t.max(KEYFRAME_T));
-        let duration: f64 = (0..frames).map(frame_span).sum();
-        for (k, kf) in req.keyframes.iter().enumerate() {
-            let t = match kf {
-                Keyframe::First => origin,
-                Keyframe::Last => origin + duration - FRAME_RESCALE,
-            };
-            for &h in &h_axis {
-                for &w in &w_axis {
-                    push(t, h, w);
-                }
-            }
-            runs.push(Run {
-                source: Source::Video,
-                from: k * per_frame,
-                len: per_frame,
-            });
-            add_span(row, per_frame, cond_ti * MODALITIES + VIDEO_TAG);
-            row += per_frame;
-        }
+    // Keyframes: one frame of rows each, at the clock's start or at the last frame's time;
+    // they do not move the clock.
+    let duration: f64 = (0..frames).map(frame_span).sum();
+    for kf in req.keyframes {
+        let t = match kf {
+            Keyframe::First => origin,
+            Keyframe::Last => origin + duration - FRAME_RESCALE,
+        };
+        b.video(t, 1, &axes, true, condition_t);
     }
-    let mut cond_rows = req.keyframes.len() * per_frame;
 
-    // Reference blocks advance the clock: an image by one unit, audio by its length. Their
-    // rows are held at the conditioning timesteps (images max(t, 0.999), audio clean).
+    // Reference blocks advance the clock: an image by one unit, a video by its frames' span
+    // or its soundtrack's length, a clip by its length. Video conditions are held at
+    // max(t, 0.999), reference audio is clean.
     let mut clock = origin;
-    let mut ref_audio_rows = 0;
     for r in req.references {
         match *r {
             Reference::Image { height, width } => {
-                if height < ph || width < pw || height % ph != 0 || width % pw != 0 {
-                    return None;
-                }
-                let area = ((height * width) as f64).sqrt();
-                let (ha, wa) = (
-                    spatial_axis(height, ph, area),
-                    spatial_axis(width, pw, area),
+                b.video(
+                    clock,
+                    1,
+                    &Axes::new(height, width, ph, pw)?,
+                    true,
+                    condition_t,
                 );
-                for &h in &ha {
-                    for &w in &wa {
-                        push(clock, h, w);
-                    }
-                }
-                let n = ha.len() * wa.len();
-                let ti = timestep_index(&mut timesteps, req.video_t.max(KEYFRAME_T));
-                runs.push(Run {
-                    source: Source::Video,
-                    from: cond_rows,
-                    len: n,
-                });
-                add_span(row, n, ti * MODALITIES + VIDEO_TAG);
-                row += n;
-                cond_rows += n;
                 clock += 1.0;
             }
             Reference::Video {
@@ -289,143 +340,44 @@ pub fn build(req: &LayoutRequest<'_>) -> Option<PackedLayout> {
                 width,
                 audio_latents,
             } => {
-                if height < ph || width < pw || height % ph != 0 || width % pw != 0 {
-                    return None;
-                }
-                let area = ((height * width) as f64).sqrt();
-                let (ha, wa) = (
-                    spatial_axis(height, ph, area),
-                    spatial_axis(width, pw, area),
-                );
-                // Its soundtrack, pinned to the video's own first / last width coordinate.
-                for ch in 0..AUDIO_CHANNELS {
-                    let w = if ch == 0 { wa[0] } else { wa[wa.len() - 1] };
-                    for i in 0..audio_latents {
-                        push(clock + i as f64, 0.0, w);
-                    }
-                }
-                let na = AUDIO_CHANNELS * audio_latents;
-                if na > 0 {
-                    let ti = timestep_index(&mut timesteps, req.audio_t.max(1.0));
-                    runs.push(Run {
-                        source: Source::Audio,
-                        from: ref_audio_rows,
-                        len: na,
-                    });
-                    add_span(row, na, ti * MODALITIES + AUDIO_TAG);
-                    row += na;
-                    ref_audio_rows += na;
-                }
-                let mut t = clock;
-                for f in 0..n {
-                    for &h in &ha {
-                        for &w in &wa {
-                            push(t, h, w);
-                        }
-                    }
-                    t += frame_span(f);
-                }
-                let nv = n * ha.len() * wa.len();
-                let ti = timestep_index(&mut timesteps, req.video_t.max(KEYFRAME_T));
-                runs.push(Run {
-                    source: Source::Video,
-                    from: cond_rows,
-                    len: nv,
-                });
-                add_span(row, nv, ti * MODALITIES + VIDEO_TAG);
-                row += nv;
-                cond_rows += nv;
-                let span: f64 = (0..n).map(frame_span).sum();
-                clock += span.max(audio_latents as f64);
+                let ref_axes = Axes::new(height, width, ph, pw)?;
+                // Its soundtrack first, pinned to the video's own width coordinates.
+                b.audio(clock, audio_latents, &ref_axes.w, req.audio_t.max(1.0));
+                let end = b.video(clock, n, &ref_axes, false, condition_t);
+                clock = end.max(clock + audio_latents as f64);
             }
             Reference::Audio { latents } => {
-                for ch in 0..AUDIO_CHANNELS {
-                    let w = if ch == 0 {
-                        w_axis[0]
-                    } else {
-                        w_axis[w_axis.len() - 1]
-                    };
-                    for i in 0..latents {
-                        push(clock + i as f64, 0.0, w);
-                    }
-                }
-                let n = AUDIO_CHANNELS * latents;
-                let ti = timestep_index(&mut timesteps, req.audio_t.max(1.0));
-                if n > 0 {
-                    runs.push(Run {
-                        source: Source::Audio,
-                        from: ref_audio_rows,
-                        len: n,
-                    });
-                }
-                add_span(row, n, ti * MODALITIES + AUDIO_TAG);
-                row += n;
-                ref_audio_rows += n;
+                b.audio(clock, latents, &axes.w, req.audio_t.max(1.0));
                 clock += latents as f64;
             }
         }
     }
-    let origin = clock;
+    let video_rows_before = b.video_from;
 
-    // Target audio, channel-major.
-    let audio_rows = AUDIO_CHANNELS * req.audio_latents;
-    for ch in 0..AUDIO_CHANNELS {
-        let w = if ch == 0 {
-            w_axis[0]
-        } else {
-            w_axis[w_axis.len() - 1]
-        };
-        for i in 0..req.audio_latents {
-            push(origin + i as f64, 0.0, w);
-        }
-    }
+    // Target audio (channel-major), then the target video, from the same clock time.
     let audio = Target {
-        start: row,
-        len: audio_rows,
+        start: b.rows(),
+        len: AUDIO_CHANNELS * req.audio_latents,
         timestep: audio_ti,
     };
-    if audio_rows > 0 {
-        runs.push(Run {
-            source: Source::Audio,
-            from: ref_audio_rows,
-            len: audio_rows,
-        });
-    }
-    add_span(row, audio_rows, audio_ti * MODALITIES + AUDIO_TAG);
-    row += audio_rows;
-
-    // Target video, frame-major then row-major.
-    let mut clock = origin;
-    for f in 0..frames {
-        for &h in &h_axis {
-            for &w in &w_axis {
-                push(clock, h, w);
-            }
-        }
-        clock += frame_span(f);
-    }
-    let video_len = frames * per_frame;
-    runs.push(Run {
-        source: Source::Video,
-        from: cond_rows,
-        len: video_len,
-    });
-    add_span(row, video_len, video_ti * MODALITIES + VIDEO_TAG);
+    b.audio(clock, req.audio_latents, &axes.w, req.audio_t);
     let video = Target {
-        start: row,
-        len: video_len,
+        start: b.rows(),
+        len: frames * axes.h.len() * axes.w.len(),
         timestep: video_ti,
     };
+    b.video(clock, frames, &axes, false, req.video_t);
+    debug_assert_eq!(b.video_from, video_rows_before + video.len);
     Some(PackedLayout {
-        runs,
-        spans: merge(spans),
-        positions,
-        timesteps,
+        runs: b.runs,
+        spans: merge(b.spans),
+        positions: b.positions,
+        timesteps: b.timesteps,
         video,
         audio,
         text_rows: text,
-        video_rows: cond_rows + video_len,
-        audio_rows: ref_audio_rows + audio_rows,
+        video_rows: b.video_from,
+        audio_rows: b.audio_from,
     })
 }
 
