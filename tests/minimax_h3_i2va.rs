@@ -82,37 +82,13 @@ fn run(out: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The reference frames of `case` as 8-bit RGB, all frames in order.
-fn reference_frames(case: &str) -> (usize, Vec<u8>) {
-    let v = tensor(&reference(), &format!("{case}.video"));
-    let [w, h, c, f] = v.ne;
-    let mut all = Vec::new();
-    for i in 0..f {
-        let one = HostTensor {
-            ne: [w, h, c, 1],
-            data: v.data[i * w * h * c..(i + 1) * w * h * c].to_vec(),
-        };
-        all.extend(image_bytes(&one));
-    }
-    (f, all)
-}
-
 /// SNR (dB) of the `.wav` beside the frames against the reference waveform of `case`.
 fn soundtrack_snr(wav: &Path, case: &str) -> f64 {
     let got = read_wav(wav).unwrap().channels;
-    let a = tensor(&reference(), &format!("{case}.audio"));
-    let n = a.ne[0];
-    let want: Vec<&[f32]> = a.data.chunks(n).collect();
-    assert_eq!(got.len(), want.len(), "channels");
-    let (mut sig, mut err) = (0f64, 0f64);
-    for (g, w) in got.iter().zip(&want) {
-        assert_eq!(g.len(), w.len(), "samples per channel");
-        for (a, b) in g.iter().zip(w.iter()) {
-            sig += f64::from(*b).powi(2);
-            err += f64::from(a - b).powi(2);
-        }
-    }
-    10.0 * (sig / err.max(1e-30)).log10()
+    av::snr(
+        &got,
+        &av::reference_audio(&reference(), &format!("{case}.audio")),
+    )
 }
 
 /// Runs `case` through the binary and checks its frames and soundtrack.
@@ -120,7 +96,7 @@ fn check_case(case: &str, extra: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let o = run(&tmp.path().join("f_%02d.png"), extra);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let (n, want) = reference_frames(case);
+    let (n, want) = av::reference_frames(&reference(), &format!("{case}.video"));
     assert_eq!(n, 22);
     let mut got = Vec::new();
     for i in 0..n {

@@ -77,42 +77,18 @@ fn with_audio<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     v
 }
 
+fn reference() -> sd_cli::weights::TensorStore {
+    open_fixture("minimax_h3_pipeline/reference.safetensors")
+}
+
 /// The reference frames as 8-bit RGB, all frames in order.
 fn reference_frames() -> (usize, Vec<u8>) {
-    let r = open_fixture("minimax_h3_pipeline/reference.safetensors");
-    let v = tensor(&r, "video");
-    let [w, h, c, f] = v.ne;
-    let mut all = Vec::new();
-    for i in 0..f {
-        let one = sd_cli::tensor::HostTensor {
-            ne: [w, h, c, 1],
-            data: v.data[i * w * h * c..(i + 1) * w * h * c].to_vec(),
-        };
-        all.extend(image_bytes(&one));
-    }
-    (f, all)
+    av::reference_frames(&reference(), "video")
 }
 
 /// The reference waveform per channel.
 fn reference_audio() -> Vec<Vec<f32>> {
-    let r = open_fixture("minimax_h3_pipeline/reference.safetensors");
-    let a = tensor(&r, "audio");
-    let n = a.ne[0];
-    a.data.chunks(n).map(<[f32]>::to_vec).collect()
-}
-
-/// SNR (dB) of `got` against `want`, all channels.
-fn snr(got: &[Vec<f32>], want: &[Vec<f32>]) -> f64 {
-    assert_eq!(got.len(), want.len(), "channels");
-    let (mut sig, mut err) = (0f64, 0f64);
-    for (g, w) in got.iter().zip(want) {
-        assert_eq!(g.len(), w.len(), "samples per channel");
-        for (a, b) in g.iter().zip(w) {
-            sig += f64::from(*b).powi(2);
-            err += f64::from(a - b).powi(2);
-        }
-    }
-    10.0 * (sig / err.max(1e-30)).log10()
+    av::reference_audio(&reference(), "audio")
 }
 
 #[test]
@@ -142,7 +118,7 @@ fn frames_and_soundtrack_match_the_reference_loop() {
     let wav = read_wav(&tmp.path().join("f.wav")).unwrap();
     let want = reference_audio();
     assert_eq!(wav.channels.len(), 2);
-    let q = snr(&wav.channels, &want);
+    let q = av::snr(&wav.channels, &want);
     eprintln!("MiniMax-H3 soundtrack vs the reference: SNR {q:.1} dB");
     assert!(q >= 50.0, "audio: SNR {q:.1} dB");
 }
@@ -188,7 +164,7 @@ fn avi_and_webm_carry_the_soundtrack() {
     for (i, s) in pcm.chunks_exact(2).enumerate() {
         got[i % 2].push(f32::from(i16::from_le_bytes([s[0], s[1]])) / 32767.0);
     }
-    let q = snr(&got, &want);
+    let q = av::snr(&got, &want);
     eprintln!("MiniMax-H3 AVI soundtrack: SNR {q:.1} dB");
     assert!(q >= 50.0, "AVI audio: SNR {q:.1} dB");
     // 24 fps whatever --fps says: dwMicroSecPerFrame 41667.

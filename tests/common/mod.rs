@@ -2,6 +2,7 @@
 //! comparing against reference outputs with a stated tolerance.
 #![allow(dead_code)]
 
+pub mod av;
 pub mod device;
 mod qwen_fixture;
 pub use device::test_backend;

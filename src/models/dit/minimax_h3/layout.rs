@@ -208,15 +208,27 @@ impl Builder {
                 clock += frame_span(f);
             }
         }
-        let len = frames * axes.h.len() * axes.w.len();
-        self.runs.push(Run {
-            source: Source::Video,
-            from: self.video_from,
-            len,
-        });
-        self.video_from += len;
-        self.span(len, t, VIDEO_TAG);
+        self.take(frames * axes.h.len() * axes.w.len(), t, VIDEO_TAG);
         clock
+    }
+
+    /// The next `len` rows of the video (`tag` video) or audio input, placed next, at
+    /// timestep `t`.
+    fn take(&mut self, len: usize, t: f32, tag: usize) {
+        let (source, from) = if tag == VIDEO_TAG {
+            (Source::Video, &mut self.video_from)
+        } else {
+            (Source::Audio, &mut self.audio_from)
+        };
+        if len > 0 {
+            self.runs.push(Run {
+                source,
+                from: *from,
+                len,
+            });
+        }
+        *from += len;
+        self.span(len, t, tag);
     }
 
     /// `latents` audio rows per stereo channel, channel-major, from clock time `t0`, the
@@ -228,16 +240,7 @@ impl Builder {
                 self.positions.push([(t0 + i as f64) as f32, 0.0, x as f32]);
             }
         }
-        let len = AUDIO_CHANNELS * latents;
-        if len > 0 {
-            self.runs.push(Run {
-                source: Source::Audio,
-                from: self.audio_from,
-                len,
-            });
-        }
-        self.audio_from += len;
-        self.span(len, t, AUDIO_TAG);
+        self.take(AUDIO_CHANNELS * latents, t, AUDIO_TAG);
     }
 }
 
@@ -250,7 +253,7 @@ struct Axes {
 impl Axes {
     /// `None` when a side does not divide into patches.
     fn new(height: usize, width: usize, ph: usize, pw: usize) -> Option<Self> {
-        if height < ph || width < pw || height % ph != 0 || width % pw != 0 {
+        if height < ph || width < pw || !height.is_multiple_of(ph) || !width.is_multiple_of(pw) {
             return None;
         }
         let area = ((height * width) as f64).sqrt();
