@@ -3,7 +3,7 @@
 //! bad inputs. Fixtures: tests/reference/wan_vae_video_fixtures.py → tests/fixtures/wan_vae_video/
 //! (model A: four levels, z 16, temporal levels as released, 3-frame latent 3×2 ↔ 9 frames
 //! 24×16; model B: three levels, both temporal, z 4, 3-frame latent 2×3 ↔ 9 frames 8×12).
-//! Tolerance: max abs error ≤ 3e-5 × max(1, |reference|) in f32.
+//! Tolerance: max abs error ≤ 1e-4 × max(1, |reference|) in f32.
 
 mod common;
 
@@ -14,7 +14,9 @@ use sd_cli::runner::{MemoryOptions, RunOptions, Runner, StoreSource, WeightLoade
 use sd_cli::tensor::HostTensor;
 use sd_cli::weights::{Component, TensorStore};
 
-const TOL: f32 = 3e-5;
+// ggml's CPU kernels are built for the build machine: AVX-512 and AVX2 builds sum in different
+// orders (3.4e-5 seen on an AVX-512 Zen 4, under 3e-5 on AVX2).
+const TOL: f32 = 1e-4;
 
 fn weights(dir: &str, model: &str, layout: WanVaeLayout) -> TensorStore {
     let file = match layout {
