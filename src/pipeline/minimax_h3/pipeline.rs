@@ -44,7 +44,7 @@ pub struct MiniMaxH3Pipeline {
     vae: Loaded<MiniMaxH3Vae>,
     stats: LatentStats,
     audio_vae: Option<Loaded<MiniMaxH3AudioVae>>,
-    /// The Qwen3-VL vision tower, loaded for keyframe runs when the files hold it.
+    /// The Qwen3-VL vision tower, loaded for runs with pictures when the files hold it.
     vision: Option<Vision>,
     /// The batch's keyframes or references, encoded once per batch.
     conditions: Option<Conditions>,
@@ -121,7 +121,7 @@ impl MiniMaxH3Pipeline {
                     config.latent_channels
                 )));
             }
-            // The encoder runs for keyframes only.
+            // The encoder runs for keyframes and references only.
             config.encoder = ctx.needs.encoder;
             Ok(MiniMaxH3Vae::new(wb, config)?)
         })?;
@@ -185,9 +185,9 @@ impl MiniMaxH3Pipeline {
         })
     }
 
-    /// The Qwen3-VL vision tower for the keyframes' pictures, when the files hold it (a
-    /// `--llm_vision` file or the LLM file). Without it the pictures are left out of the
-    /// prompt and the keyframes condition through their latents alone, as upstream.
+    /// The Qwen3-VL vision tower for keyframe and reference pictures, when the files hold it
+    /// (a `--llm_vision` file or the LLM file). Without it the prompt carries no presentation
+    /// and the media condition through their rows alone, as upstream.
     fn load_vision(
         files: &ComponentFiles,
         llm_files: &crate::pipeline::components::ComponentStore,
@@ -202,12 +202,12 @@ impl MiniMaxH3Pipeline {
             vision_files,
             llm_files,
             opts,
-            "MiniMax-H3 keyframe pictures",
+            "MiniMax-H3 keyframe and reference pictures",
         ) {
             Ok(v) => v,
             Err(e) => {
                 log::warn!(
-                    "{e}; the keyframes condition the video through their latents only \
+                    "{e}; keyframes and references condition the video through their rows only \
                      (their pictures are left out of the prompt)"
                 );
                 return Ok(None);
@@ -226,7 +226,7 @@ impl MiniMaxH3Pipeline {
     /// The condition of `prompt` (`None` for a prompt without tokens): its states
     /// [text_dim, tokens] and each row's modality tag. The text goes verbatim, no special
     /// tokens, through the first 50 layers (all of the released truncated export) before any
-    /// final norm; with keyframe pictures it opens with their labelled vision blocks.
+    /// final norm; with keyframes or references it opens with their presentation.
     pub fn encode_condition(&self, prompt: &str) -> Result<Option<TextCondition>> {
         let pictures = self.conditions.as_ref().filter(|c| c.has_presentation());
         let key = match pictures {
@@ -258,7 +258,7 @@ impl MiniMaxH3Pipeline {
                     .and_then(|i| i32::try_from(i).ok())
                     .ok_or_else(|| {
                         Error::Unsupported(format!(
-                            "the Qwen tokenizer has no {IMAGE_PAD} token for the keyframe pictures"
+                            "the Qwen tokenizer has no {IMAGE_PAD} token for the pictures"
                         ))
                     })?;
                 let pads: Vec<usize> = k.vision.iter().map(|v| v.grid_h * v.grid_w).collect();
@@ -502,7 +502,7 @@ impl MiniMaxH3Pipeline {
 const CACHE_PREFIX: &str = "minimax_h3.ctx.";
 
 /// A prompt's transformer condition: its states [text_dim, tokens] and each row's modality
-/// tag (text, or video for a keyframe picture's vision block).
+/// tag (text, or video for a picture's vision block).
 #[derive(Clone, Debug)]
 pub struct TextCondition {
     pub states: HostTensor,
