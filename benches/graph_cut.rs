@@ -20,24 +20,15 @@ use sd_cli::ggml::{rpc, Backend, BackendChoice};
 use sd_cli::nn::Linear;
 use sd_cli::runner::{MemoryOptions, MemorySource, RunOptions, Runner, WeightLoader};
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+#[path = "common/kernels.rs"]
+mod kernels;
+use kernels::arg;
 
+/// Small weights: the kernels' pseudo-random values scaled to ±0.025.
 fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32 - 0.5) * 0.05
-        })
+    kernels::pseudo_random(n, seed)
+        .into_iter()
+        .map(|v| v * 0.05)
         .collect()
 }
 
