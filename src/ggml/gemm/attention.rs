@@ -10,6 +10,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
 use super::avx2_rows;
+use super::claims::{Claims, PIECES_PER_THREAD};
 use super::dispatch::{self, Tiles};
 use super::driver::Packed;
 use super::kernels::Tile;
@@ -128,10 +129,12 @@ struct Heads<'a> {
 /// memory, on a CPU with AVX-512F or AVX2 + FMA.
 pub(super) unsafe extern "C" fn compute(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
+    _ith: c_int,
     nth: c_int,
     _: *mut c_void,
 ) {
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth.max(1) as usize) };
     let Some(tiles) = super::tiles() else {
         return;
     };
@@ -159,33 +162,36 @@ pub(super) unsafe extern "C" fn compute(
             tiles,
         }
     };
-    job.run(ith.max(0) as usize, nth.max(1) as usize);
+    job.run(&claims, nth.max(1) as usize);
 }
 
 impl Heads<'_> {
-    /// Thread `ith` takes a contiguous run of (batch, head, query block) units, so it packs
-    /// each head's K and V once.
-    fn run(&self, ith: usize, nth: usize) {
+    /// The threads claim runs of consecutive (batch, head, query block) units, so a thread
+    /// packs a head's K and V again only when its next run starts on another head.
+    fn run(&self, claims: &Claims, nth: usize) {
         let blocks = self.n_q.div_ceil(QB);
         let units = self.batch * self.heads * blocks;
-        let (u0, u1) = (units * ith / nth, units * (ith + 1) / nth);
+        let per = units.div_ceil(PIECES_PER_THREAD * nth).max(1);
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
             let mut packed = None;
-            for u in u0..u1 {
-                let (bh, blk) = (u / blocks, u % blocks);
-                if packed != Some(bh) {
-                    self.pack_head(bh / self.heads, bh % self.heads, s);
-                    packed = Some(bh);
+            while let Some(piece) = claims.next(units.div_ceil(per)) {
+                let u0 = piece * per;
+                for u in u0..(u0 + per).min(units) {
+                    let (bh, blk) = (u / blocks, u % blocks);
+                    if packed != Some(bh) {
+                        self.pack_head(bh / self.heads, bh % self.heads, s);
+                        packed = Some(bh);
+                    }
+                    let q0 = blk * QB;
+                    self.query_block(
+                        bh / self.heads,
+                        bh % self.heads,
+                        q0..(q0 + QB).min(self.n_q),
+                        s,
+                    );
                 }
-                let q0 = blk * QB;
-                self.query_block(
-                    bh / self.heads,
-                    bh % self.heads,
-                    q0..(q0 + QB).min(self.n_q),
-                    s,
-                );
             }
         });
     }

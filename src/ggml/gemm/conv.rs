@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
+use super::claims::{Claims, PIECES_PER_THREAD};
 use super::driver::{self, Packed};
 use super::im2col::{fill_patches, ConvGeometry, Patches};
 use super::{Context, CpuKernels, Tensor, MR};
@@ -72,7 +73,10 @@ thread_local! {
 /// # Safety
 /// `dst` is a node built by [`CpuKernels::conv`], its sources and itself in host memory, on
 /// a CPU with the instructions its kernel type needs.
-unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _: *mut c_void) {
+    let nth = nth.max(1) as usize;
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth) };
     // SAFETY: the contract above: contiguous tensors of these element counts and types.
     let (x, ne_x, w, bias, out, [oc, ow, oh, n], patches) = unsafe {
         let d = &*dst;
@@ -93,19 +97,20 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
     };
     let k = w.ne[0] as usize;
     let tokens = ow * oh * n;
-    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
-    // Whole register strips per thread, then chunks that keep the patches within bounds.
+    // Pieces of whole register strips, claimed by whichever thread is free; no larger than
+    // keeps the patches within bounds.
     let strips = tokens.div_ceil(MR);
-    let mine = (strips * ith / nth * MR).min(tokens)..(strips * (ith + 1) / nth * MR).min(tokens);
     let chunk = (CHUNK_BYTES / (4 * k)).max(MR) / MR * MR;
+    let chunk = chunk.min(strips.div_ceil(PIECES_PER_THREAD * nth).max(1) * MR);
     PATCHES.with(|buf| {
         let mut buf = buf.borrow_mut();
-        for t0 in mine.clone().step_by(chunk) {
-            let t1 = (t0 + chunk).min(mine.end);
+        while let Some(piece) = claims.next(tokens.div_ceil(chunk)) {
+            let t0 = piece * chunk;
+            let t1 = (t0 + chunk).min(tokens);
             let cols = &mut buf.f32s((t1 - t0) * k)[..];
             fill_patches(x, ne_x, patches, t0..t1, cols);
             // SAFETY: the node's weight and bias as the contract says; output rows t0..t1
-            // (oc floats each) belong to this thread alone.
+            // (oc floats each) belong to the piece this thread claimed.
             unsafe { driver::product_on_this_thread(w, bias, cols, out.add(t0 * oc)) };
         }
     });

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::os::raw::{c_int, c_void};
 
+use super::claims::{Claims, Pieces, PIECES_PER_THREAD};
 use super::pack::{self, Rows};
 use super::q8;
 use super::{WeightKind, MR, NR};
@@ -42,14 +43,20 @@ struct Product<'a> {
 /// the output's shape, all allocated in host memory.
 pub(super) unsafe extern "C" fn compute(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
+    _ith: c_int,
     nth: c_int,
     _userdata: *mut c_void,
 ) {
+    let nth = nth.max(1) as usize;
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth) };
     // SAFETY: the contract above; every slice covers exactly its tensor's elements.
     let product = unsafe { Product::from_node(&*dst) };
     if let Some(p) = product {
-        p.run(ith.max(0) as usize, nth.max(1) as usize);
+        p.run(
+            &Grid::new(p.n, p.m, nth, p.w.packs_rows()),
+            Pieces::Claimed(&claims),
+        );
     }
 }
 
@@ -78,10 +85,8 @@ impl Product<'_> {
         }
     }
 
-    fn run(&self, ith: usize, nth: usize) {
-        let Some((rows, feats)) = partition(self.n, self.m, ith, nth) else {
-            return;
-        };
+    /// The pieces of `grid` this thread gets, each over all of k.
+    fn run(&self, grid: &Grid, pieces: Pieces) {
         // k-blocks of whole bf16 pairs / q8_0 blocks; q8_0 packs 1.25 bytes per weight.
         let (kc_max, unit) = match self.w {
             Weights::Bf16(_) => (2 * DEPTH_MAX, 2),
@@ -94,19 +99,24 @@ impl Product<'_> {
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
-            // Rows in chunks, so the packed activations of one k-block stay a few MiB
-            // however many tokens there are (each chunk packs the weight again).
-            for r0 in rows.clone().step_by(ROW_CHUNK) {
-                let chunk = r0..(r0 + ROW_CHUNK).min(rows.end);
-                for k0 in (0..self.k).step_by(step) {
-                    let kc = step.min(self.k - k0);
-                    if matches!(self.w, Weights::Q8_0(_)) {
-                        self.k_block_q8(&chunk, &feats, k0, kc, s);
-                    } else {
-                        self.k_block(&chunk, &feats, k0, kc, s);
+            // Packed activations are only reused within one evaluation of one node.
+            s.packed_rows = None;
+            pieces.each(grid.pieces(), |piece| {
+                let (rows, feats) = grid.piece(piece);
+                // Rows in chunks, so the packed activations of one k-block stay a few MiB
+                // however many tokens there are (each chunk packs the weight again).
+                for r0 in rows.clone().step_by(ROW_CHUNK) {
+                    let chunk = r0..(r0 + ROW_CHUNK).min(rows.end);
+                    for k0 in (0..self.k).step_by(step) {
+                        let kc = step.min(self.k - k0);
+                        if matches!(self.w, Weights::Q8_0(_)) {
+                            self.k_block_q8(&chunk, &feats, k0, kc, s);
+                        } else {
+                            self.k_block(&chunk, &feats, k0, kc, s);
+                        }
                     }
                 }
-            }
+            });
         });
     }
 
@@ -131,7 +141,7 @@ impl Product<'_> {
         // Elements per strip and per panel in the packed buffers.
         let depth = if self.w.pairs() { kc.div_ceil(2) } else { kc };
         // bf16 products read the activations as rounded k-pairs; f32 ones read them in place.
-        if self.w.pairs() {
+        if self.w.pairs() && s.fresh_rows(rows, k0) {
             pack::rows_bf16(&x, rows.clone(), k0, kc, s.x.u32s(rows.len() * depth));
         }
         for f in feats.clone().step_by(FC) {
@@ -237,8 +247,10 @@ impl Product<'_> {
             data: self.x,
             k: self.k,
         };
-        let quads = s.x.u32s(rows.len() * nb * 8);
-        q8::quantize_rows(&x, rows.clone(), b0, nb, quads, s.xd.f32s(rows.len() * nb));
+        if s.fresh_rows(rows, k0) {
+            let quads = s.x.u32s(rows.len() * nb * 8);
+            q8::quantize_rows(&x, rows.clone(), b0, nb, quads, s.xd.f32s(rows.len() * nb));
+        }
         for f in feats.clone().step_by(FC) {
             let chunk = f..(f + FC).min(feats.end);
             let panels = chunk.len().div_ceil(q8::NR8);
@@ -338,7 +350,7 @@ pub(super) unsafe fn product_on_this_thread(
         m,
         n: x.len() / k,
     };
-    p.run(0, 1);
+    p.run(&Grid::new(p.n, p.m, 1, false), Pieces::All);
 }
 
 /// The weight's elements, by type.
@@ -363,35 +375,66 @@ impl Weights<'_> {
     fn pairs(&self) -> bool {
         matches!(self, Self::Bf16(_))
     }
+
+    /// Whether products pack the activations (bf16 pairs, quantized q8_0 blocks), so that a
+    /// piece of the outputs costs a packing of its tokens.
+    fn packs_rows(&self) -> bool {
+        matches!(self, Self::Bf16(_) | Self::Q8_0(_))
+    }
 }
 
-/// The tokens and outputs thread `ith` of `nth` computes, or `None` when it has no share.
-///
-/// The larger of the two dimensions is split first (each thread then packs all of the other
-/// operand); the smaller one takes the threads left over when the first runs out of strips
-/// or panels.
-pub(super) fn partition(
+/// The product's outputs cut into pieces: row groups (whole strips) × output groups (whole
+/// panels), numbered row group by row group.
+pub(super) struct Grid {
     n: usize,
     m: usize,
-    ith: usize,
-    nth: usize,
-) -> Option<(Range<usize>, Range<usize>)> {
-    let strips = n.div_ceil(MR);
-    let panels = m.div_ceil(NR);
-    let (tn, tf) = if m > n {
-        let tf = nth.min(panels);
-        ((nth / tf).min(strips).max(1), tf)
-    } else {
-        let tn = nth.min(strips);
-        (tn, (nth / tn).min(panels).max(1))
-    };
-    if ith >= tn * tf {
-        return None;
+    row_groups: usize,
+    feat_groups: usize,
+}
+
+impl Grid {
+    /// About [`PIECES_PER_THREAD`] pieces per thread. Cutting the outputs costs nothing with
+    /// f32 activations read in place (each piece packs only its own weight panels), so they
+    /// are cut first; when activations are packed, a piece repacks its tokens, so both
+    /// dimensions are cut about evenly.
+    pub(super) fn new(n: usize, m: usize, nth: usize, packs_rows: bool) -> Self {
+        let (strips, panels) = (n.div_ceil(MR).max(1), m.div_ceil(NR).max(1));
+        let target = if nth <= 1 { 1 } else { PIECES_PER_THREAD * nth };
+        let feat_first = if packs_rows {
+            target.isqrt().max(1)
+        } else {
+            target
+        };
+        // Two panels per piece at least, so the tile loop keeps its width; outputs take
+        // what few tokens leave.
+        let most = panels.div_ceil(2);
+        let row_groups = target
+            .div_ceil(feat_first.min(most).max(1))
+            .min(strips)
+            .max(1);
+        let feat_groups = target.div_ceil(row_groups).min(most).max(1);
+        Self {
+            n,
+            m,
+            row_groups,
+            feat_groups,
+        }
     }
-    let (i, j) = (ith / tf, ith % tf);
-    let rows = (strips * i / tn * MR)..(strips * (i + 1) / tn * MR).min(n);
-    let feats = (panels * j / tf * NR)..(panels * (j + 1) / tf * NR).min(m);
-    (!rows.is_empty() && !feats.is_empty()).then_some((rows, feats))
+
+    pub(super) fn pieces(&self) -> usize {
+        self.row_groups * self.feat_groups
+    }
+
+    /// The tokens and outputs of piece `i` (either may be empty).
+    pub(super) fn piece(&self, i: usize) -> (Range<usize>, Range<usize>) {
+        let (strips, panels) = (self.n.div_ceil(MR), self.m.div_ceil(NR));
+        let (r, f) = (i / self.feat_groups, i % self.feat_groups);
+        let rows = (strips * r / self.row_groups * MR).min(self.n)
+            ..(strips * (r + 1) / self.row_groups * MR).min(self.n);
+        let feats = (panels * f / self.feat_groups * NR).min(self.m)
+            ..(panels * (f + 1) / self.feat_groups * NR).min(self.m);
+        (rows, feats)
+    }
 }
 
 /// A 64-byte line, so packed rows start on cache-line boundaries.
@@ -440,6 +483,19 @@ struct Scratch {
     /// q8_0 activation scales.
     xd: Packed,
     w: Packed,
+    /// The tokens and k-block `x` holds packed, valid within one evaluation of one node:
+    /// consecutive pieces of the same row group reuse them.
+    packed_rows: Option<(Range<usize>, usize)>,
+}
+
+impl Scratch {
+    /// Whether `rows` at k-block `k0` must be packed (and from now on count as packed).
+    fn fresh_rows(&mut self, rows: &Range<usize>, k0: usize) -> bool {
+        let key = Some((rows.clone(), k0));
+        let fresh = self.packed_rows != key;
+        self.packed_rows = key;
+        fresh
+    }
 }
 
 thread_local! {

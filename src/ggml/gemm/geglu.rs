@@ -8,6 +8,7 @@ use std::os::raw::{c_int, c_void};
 
 use super::approx::{ERF_A, ERF_P};
 use super::avx2_rows;
+use super::claims::Claims;
 use super::kernels::exp_nonpositive;
 use super::Tiles;
 use crate::dtype::DType;
@@ -45,7 +46,9 @@ pub(super) fn is_node(fun: *const ()) -> bool {
 /// # Safety
 /// `dst` is a node built by [`super::CpuKernels::geglu`], its source and itself in host
 /// memory, on a CPU with the blocked kernels' tiles.
-unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _: *mut c_void) {
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth.max(1) as usize) };
     // SAFETY: the contract above: contiguous f32 tensors of these element counts.
     let (x, out, half, rows) = unsafe {
         let d = &*dst;
@@ -62,19 +65,19 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
     let Some(tiles) = super::tiles() else {
         return;
     };
-    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
-    let per = rows.div_ceil(nth);
-    for r in (ith * per)..((ith + 1) * per).min(rows) {
-        let row = &x[2 * r * half..2 * (r + 1) * half];
-        // SAFETY: row r of the output (half floats) belongs to this thread alone; the CPU
-        // has `tiles`' instructions.
-        unsafe {
-            match tiles {
-                Tiles::Avx512 => geglu_row(row.as_ptr(), out.add(r * half), half),
-                Tiles::Avx2 => avx2_rows::geglu_row(row.as_ptr(), out.add(r * half), half),
-            }
-        };
-    }
+    claims.each_run(rows, |rows| {
+        for r in rows {
+            let row = &x[2 * r * half..2 * (r + 1) * half];
+            // SAFETY: row r of the output (half floats) belongs to the run this thread claimed; the CPU
+            // has `tiles`' instructions.
+            unsafe {
+                match tiles {
+                    Tiles::Avx512 => geglu_row(row.as_ptr(), out.add(r * half), half),
+                    Tiles::Avx2 => avx2_rows::geglu_row(row.as_ptr(), out.add(r * half), half),
+                }
+            };
+        }
+    });
 }
 
 /// One row: `out[j] = row[j] · gelu(row[half + j])`.

@@ -7,6 +7,7 @@
 
 use std::os::raw::{c_int, c_void};
 
+use super::claims::Claims;
 use super::{Context, CpuKernels, Tensor};
 use crate::dtype::DType;
 use crate::ggml::sys;
@@ -108,7 +109,9 @@ pub(super) fn is_node(fun: *const ()) -> bool {
 /// # Safety
 /// `dst` is a node built by [`CpuKernels::im2col`], its source and itself allocated in host
 /// memory.
-unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _: *mut c_void) {
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth.max(1) as usize) };
     // SAFETY: the contract above: contiguous f32 tensors of exactly these element counts.
     let (x, out, p, ne_x, ne_out) = unsafe {
         let d = &*dst;
@@ -127,14 +130,14 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
     let [_, ow, oh, n] = ne_out;
     let tokens = ow * oh * n;
     let k = ne_out[0];
-    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
-    // Whole output rows per thread, so no two threads share a cache line.
-    let rows = oh * n;
-    let per = rows.div_ceil(nth);
-    let range = (ith * per * ow).min(tokens)..((ith + 1) * per * ow).min(tokens);
-    // SAFETY: these tokens' patches (k floats each) are this thread's part of `out`.
-    let dst = unsafe { std::slice::from_raw_parts_mut(out.add(range.start * k), range.len() * k) };
-    fill_patches(x, ne_x, Patches { params: p, ow, oh }, range, dst);
+    // Runs of whole output rows, so no two threads share a cache line.
+    claims.each_run(oh * n, |rows| {
+        let range = (rows.start * ow).min(tokens)..(rows.end * ow).min(tokens);
+        // SAFETY: these tokens' patches (k floats each) are the run this thread claimed.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(out.add(range.start * k), range.len() * k) };
+        fill_patches(x, ne_x, Patches { params: p, ow, oh }, range, dst);
+    });
 }
 
 /// The output grid and geometry parameters of an im2col.

@@ -31,6 +31,7 @@ mod attention;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_rows;
+mod claims;
 #[cfg(target_arch = "x86_64")]
 mod conv;
 mod dispatch;

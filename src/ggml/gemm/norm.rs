@@ -7,6 +7,7 @@ use std::arch::x86_64::*;
 use std::os::raw::{c_int, c_void};
 
 use super::avx2_rows;
+use super::claims::Claims;
 use super::kernels::exp_nonpositive;
 use super::Tiles;
 use crate::dtype::DType;
@@ -135,10 +136,12 @@ fn stats(x: &[f32], eps: f32) -> (f32, f32) {
 /// memory, on a CPU with the blocked kernels' tiles.
 unsafe extern "C" fn group_norm_op(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
+    _: c_int,
     nth: c_int,
     _: *mut c_void,
 ) {
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth.max(1) as usize) };
     // SAFETY: the contract above: contiguous f32 tensors of these element counts.
     let (x, w, b, out, [pw, ph, c, n], groups, eps, silu) = unsafe {
         let d = &*dst;
@@ -161,30 +164,29 @@ unsafe extern "C" fn group_norm_op(
     };
     let plane = pw * ph;
     let per_group = c / groups;
-    let units = n * groups;
-    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
-    let per = units.div_ceil(nth);
-    for unit in (ith * per)..((ith + 1) * per).min(units) {
-        let c0 = (unit % groups) * per_group;
-        let start = ((unit / groups) * c + c0) * plane;
-        let (mean, scale) = stats(&x[start..start + per_group * plane], eps);
-        for ch in 0..per_group {
-            let at = start + ch * plane;
-            let affine = Affine::Scalar(w[c0 + ch], b[c0 + ch]);
-            // SAFETY: this channel plane of the output belongs to this unit alone; the CPU
-            // has `tiles`' instructions.
-            unsafe {
-                affine_row_on(
-                    tiles,
-                    &x[at..at + plane],
-                    out.add(at),
-                    (mean, scale),
-                    affine,
-                    silu,
-                )
-            };
+    claims.each_run(n * groups, |units| {
+        for unit in units {
+            let c0 = (unit % groups) * per_group;
+            let start = ((unit / groups) * c + c0) * plane;
+            let (mean, scale) = stats(&x[start..start + per_group * plane], eps);
+            for ch in 0..per_group {
+                let at = start + ch * plane;
+                let affine = Affine::Scalar(w[c0 + ch], b[c0 + ch]);
+                // SAFETY: this channel plane of the output belongs to this unit alone; the CPU
+                // has `tiles`' instructions.
+                unsafe {
+                    affine_row_on(
+                        tiles,
+                        &x[at..at + plane],
+                        out.add(at),
+                        (mean, scale),
+                        affine,
+                        silu,
+                    )
+                };
+            }
         }
-    }
+    });
 }
 
 /// # Safety
@@ -192,10 +194,12 @@ unsafe extern "C" fn group_norm_op(
 /// memory, on a CPU with the blocked kernels' tiles.
 unsafe extern "C" fn layer_norm_op(
     dst: *mut sys::ggml_tensor,
-    ith: c_int,
+    _: c_int,
     nth: c_int,
     _: *mut c_void,
 ) {
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth.max(1) as usize) };
     // SAFETY: the contract above: contiguous f32 tensors of these element counts, the
     // weight and bias (when the flags say they exist) in the sources after x.
     let (x, w, b, out, n0, rows, eps) = unsafe {
@@ -219,16 +223,16 @@ unsafe extern "C" fn layer_norm_op(
     let Some(tiles) = super::tiles() else {
         return;
     };
-    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
-    let per = rows.div_ceil(nth);
-    for r in (ith * per)..((ith + 1) * per).min(rows) {
-        let row = &x[r * n0..(r + 1) * n0];
-        let stats = stats(row, eps);
-        let affine = Affine::Vectors(w, b);
-        // SAFETY: output row r belongs to this thread alone; the CPU has `tiles`'
-        // instructions.
-        unsafe { affine_row_on(tiles, row, out.add(r * n0), stats, affine, false) };
-    }
+    claims.each_run(rows, |rows| {
+        for r in rows {
+            let row = &x[r * n0..(r + 1) * n0];
+            let stats = stats(row, eps);
+            let affine = Affine::Vectors(w, b);
+            // SAFETY: output row r belongs to the run this thread claimed; the CPU has `tiles`'
+            // instructions.
+            unsafe { affine_row_on(tiles, row, out.add(r * n0), stats, affine, false) };
+        }
+    });
 }
 
 /// [`affine_row`] on `tiles`' registers.

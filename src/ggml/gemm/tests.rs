@@ -2,7 +2,7 @@
 //! ggml's `mul_mat`, over shapes that exercise every edge: partial strips, partial panels,
 //! several weight chunks and k-blocks, odd k, batch dimensions, bias, thread splits.
 
-use super::driver::partition;
+use super::driver::Grid;
 use super::pack::bf16_bits;
 use super::{blocked_gemm_available, MR, NR};
 use crate::dtype::DType;
@@ -103,8 +103,24 @@ fn run(ty: DType, k: usize, m: usize, xne: [usize; 3], bias: bool, threads: usiz
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
     let _allocation = galloc.alloc(&graph).expect("alloc graph");
     backend.compute(&graph).expect("compute");
+    let first = blocked.read_f32().expect("read");
+    // A second evaluation of the same graph (a sampler's next step) must hand out every
+    // piece again: the op's claim counters are back at zero.
+    blocked
+        .write_f32(&vec![f32::NAN; first.len()])
+        .expect("clear");
+    backend.compute(&graph).expect("compute again");
+    let again = blocked.read_f32().expect("read");
+    assert!(
+        first
+            .iter()
+            .zip(&again)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{} k={k} m={m} threads={threads}: the second evaluation differs",
+        ty.name()
+    );
     Outcome {
-        blocked: blocked.read_f32().expect("read"),
+        blocked: first,
         plain: plain.read_f32().expect("read"),
         w: stored(&w, ty, k),
         x,
@@ -309,7 +325,7 @@ fn every_thread_count_gives_the_same_result() {
 }
 
 #[test]
-fn partition_covers_each_output_once() {
+fn grid_pieces_cover_each_output_once() {
     for (n, m) in [
         (2048, 1152),
         (600, 1152),
@@ -319,9 +335,11 @@ fn partition_covers_each_output_once() {
         (7, 7),
     ] {
         for nth in 1..=9 {
-            let mut seen = vec![0u8; n * m];
-            for ith in 0..nth {
-                if let Some((rows, feats)) = partition(n, m, ith, nth) {
+            for packs_rows in [false, true] {
+                let grid = Grid::new(n, m, nth, packs_rows);
+                let mut seen = vec![0u8; n * m];
+                for i in 0..grid.pieces() {
+                    let (rows, feats) = grid.piece(i);
                     assert!(rows.start % MR == 0 && feats.start % NR == 0);
                     for r in rows {
                         for f in feats.clone() {
@@ -329,8 +347,14 @@ fn partition_covers_each_output_once() {
                         }
                     }
                 }
+                assert!(seen.iter().all(|&c| c == 1), "n={n} m={m} nth={nth}");
+                // Enough pieces to share out while a thread is descheduled.
+                let most = (n.div_ceil(MR) * m.div_ceil(NR).div_ceil(2)).min(4 * nth);
+                assert!(
+                    nth == 1 || grid.pieces() >= most.min(2 * nth),
+                    "n={n} m={m} nth={nth}"
+                );
             }
-            assert!(seen.iter().all(|&c| c == 1), "n={n} m={m} nth={nth}");
         }
     }
 }

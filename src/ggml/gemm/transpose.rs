@@ -5,6 +5,7 @@
 
 use std::os::raw::{c_int, c_void};
 
+use super::claims::Claims;
 use super::{Context, CpuKernels, Tensor};
 use crate::dtype::DType;
 use crate::ggml::sys;
@@ -31,7 +32,9 @@ pub(super) fn is_node(fun: *const ()) -> bool {
 /// # Safety
 /// `dst` is a node built by [`CpuKernels::transpose`], its source and itself allocated in
 /// host memory.
-unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _: *mut c_void) {
+unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _: *mut c_void) {
+    // SAFETY: every one of ggml's threads makes one for this node and drops it on return.
+    let claims = unsafe { Claims::of(dst, nth.max(1) as usize) };
     // SAFETY: the contract above: contiguous f32 tensors of the same element count.
     let (x, out, [a, b, c, d]) = unsafe {
         let node = &*dst;
@@ -46,29 +49,29 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
     };
     let slab = a * b;
     let row_blocks = a.div_ceil(TILE);
-    let jobs = c * d * row_blocks;
-    let (ith, nth) = (ith.max(0) as usize, nth.max(1) as usize);
-    let per = jobs.div_ceil(nth);
-    for job in (ith * per)..((ith + 1) * per).min(jobs) {
-        let (s, i0) = (job / row_blocks, (job % row_blocks) * TILE);
-        let i1 = (i0 + TILE).min(a);
-        let src = &x[s * slab..(s + 1) * slab];
-        // SAFETY: output rows i0..i1 of slab s (each b floats) belong to this job alone.
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(out.add(s * slab + i0 * b), (i1 - i0) * b) };
-        for j0 in (0..b).step_by(TILE) {
-            let j1 = (j0 + TILE).min(b);
-            if i1 - i0 == TILE && j1 - j0 == TILE && fast_blocks(src, a, dst, b, i0, j0) {
-                continue;
-            }
-            for i in i0..i1 {
-                let row = &mut dst[(i - i0) * b..(i - i0 + 1) * b];
-                for j in j0..j1 {
-                    row[j] = src[i + a * j];
+    claims.each_run(c * d * row_blocks, |jobs| {
+        for job in jobs {
+            let (s, i0) = (job / row_blocks, (job % row_blocks) * TILE);
+            let i1 = (i0 + TILE).min(a);
+            let src = &x[s * slab..(s + 1) * slab];
+            // SAFETY: output rows i0..i1 of slab s (each b floats) belong to this job alone.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(out.add(s * slab + i0 * b), (i1 - i0) * b)
+            };
+            for j0 in (0..b).step_by(TILE) {
+                let j1 = (j0 + TILE).min(b);
+                if i1 - i0 == TILE && j1 - j0 == TILE && fast_blocks(src, a, dst, b, i0, j0) {
+                    continue;
+                }
+                for i in i0..i1 {
+                    let row = &mut dst[(i - i0) * b..(i - i0 + 1) * b];
+                    for j in j0..j1 {
+                        row[j] = src[i + a * j];
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 /// A full TILE × TILE block through AVX-512 16 × 16 register transposes: output rows
