@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
 use super::avx2_rows;
-use super::claims::{Claims, PIECES_PER_THREAD};
+use super::claims::Claims;
 use super::dispatch::{self, Tiles};
 use super::driver::Packed;
 use super::kernels::Tile;
@@ -162,23 +162,21 @@ pub(super) unsafe extern "C" fn compute(
             tiles,
         }
     };
-    job.run(&claims, nth.max(1) as usize);
+    job.run(&claims);
 }
 
 impl Heads<'_> {
     /// The threads claim runs of consecutive (batch, head, query block) units, so a thread
     /// packs a head's K and V again only when its next run starts on another head.
-    fn run(&self, claims: &Claims, nth: usize) {
+    fn run(&self, claims: &Claims) {
         let blocks = self.n_q.div_ceil(QB);
         let units = self.batch * self.heads * blocks;
-        let per = units.div_ceil(PIECES_PER_THREAD * nth).max(1);
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
             let mut packed = None;
-            while let Some(piece) = claims.next(units.div_ceil(per)) {
-                let u0 = piece * per;
-                for u in u0..(u0 + per).min(units) {
+            claims.each_run(units, |run| {
+                for u in run {
                     let (bh, blk) = (u / blocks, u % blocks);
                     if packed != Some(bh) {
                         self.pack_head(bh / self.heads, bh % self.heads, s);
@@ -192,7 +190,7 @@ impl Heads<'_> {
                         s,
                     );
                 }
-            }
+            });
         });
     }
 

@@ -58,14 +58,23 @@ impl<'a> Claims<'a> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) as usize;
         (i < pieces).then_some(i)
     }
-}
 
-impl Claims<'_> {
     /// Calls `f` with each run of `0..items` this thread claims, the runs about
     /// [`PIECES_PER_THREAD`] per thread long.
-    pub(super) fn each_run(&self, items: usize, mut f: impl FnMut(Range<usize>)) {
+    pub(super) fn each_run(&self, items: usize, f: impl FnMut(Range<usize>)) {
+        self.each_run_at_most(items, usize::MAX, f)
+    }
+
+    /// As [`Self::each_run`], with runs of at most `most` items.
+    pub(super) fn each_run_at_most(
+        &self,
+        items: usize,
+        most: usize,
+        mut f: impl FnMut(Range<usize>),
+    ) {
         let per = items
             .div_ceil(PIECES_PER_THREAD * self.threads as usize)
+            .min(most)
             .max(1);
         while let Some(piece) = self.next(items.div_ceil(per)) {
             f(piece * per..((piece + 1) * per).min(items))

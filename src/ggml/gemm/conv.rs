@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
-use super::claims::{Claims, PIECES_PER_THREAD};
+use super::claims::Claims;
 use super::driver::{self, Packed};
 use super::im2col::{fill_patches, ConvGeometry, Patches};
 use super::{Context, CpuKernels, Tensor, MR};
@@ -97,21 +97,18 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
     };
     let k = w.ne[0] as usize;
     let tokens = ow * oh * n;
-    // Pieces of whole register strips, claimed by whichever thread is free; no larger than
+    // Runs of whole register strips, claimed by whichever thread is free; no longer than
     // keeps the patches within bounds.
-    let strips = tokens.div_ceil(MR);
-    let chunk = (CHUNK_BYTES / (4 * k)).max(MR) / MR * MR;
-    let chunk = chunk.min(strips.div_ceil(PIECES_PER_THREAD * nth).max(1) * MR);
+    let most = (CHUNK_BYTES / (4 * k * MR)).max(1);
     PATCHES.with(|buf| {
         let mut buf = buf.borrow_mut();
-        while let Some(piece) = claims.next(tokens.div_ceil(chunk)) {
-            let t0 = piece * chunk;
-            let t1 = (t0 + chunk).min(tokens);
+        claims.each_run_at_most(tokens.div_ceil(MR), most, |strips| {
+            let (t0, t1) = (strips.start * MR, (strips.end * MR).min(tokens));
             let cols = &mut buf.f32s((t1 - t0) * k)[..];
             fill_patches(x, ne_x, patches, t0..t1, cols);
             // SAFETY: the node's weight and bias as the contract says; output rows t0..t1
             // (oc floats each) belong to the piece this thread claimed.
             unsafe { driver::product_on_this_thread(w, bias, cols, out.add(t0 * oc)) };
-        }
+        });
     });
 }
