@@ -1,6 +1,8 @@
-//! Exact f32 self-attention throughput on this CPU: the blocked kernel (`ggml::gemm`'s
-//! attention, what `nn::attention` runs on the CPU) and ggml's fused kernel with f32 K/V,
-//! beside torch's `scaled_dot_product_attention` in the same run.
+//! Self-attention throughput on this CPU: the blocked kernel (`ggml::gemm`'s attention, what
+//! `nn::attention` runs on the CPU) exact in f32 and, where the CPU has AVX-512 BF16, on bf16
+//! operands (what `--fa` asks for), and ggml's fused kernel with f32 and with f16 K/V (the
+//! latter is upstream's `--fa`), beside torch's f32 `scaled_dot_product_attention` in the
+//! same run.
 //!
 //! `cargo bench --bench attention [-- --tokens N --heads H --head-dim D --threads N --reps R]`;
 //! the default is one Wan 2.1 1.3B self-attention at 480×832 and 33 frames (14040 tokens,
@@ -10,15 +12,23 @@ use std::process::Command;
 use std::time::Instant;
 
 use sd_cli::dtype::DType;
-use sd_cli::ggml::{Arena, Backend, Context, Gallocr, Graph};
+use sd_cli::ggml::{Arena, AttentionPrecision, Backend, Context, Gallocr, Graph};
 
 #[path = "common/kernels.rs"]
 mod kernels;
 use kernels::{arg, pseudo_random};
 
-/// Best seconds of the attention through the blocked kernel (`blocked`) or ggml's fused one.
+/// Which attention runs.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Blocked(AttentionPrecision),
+    /// ggml's fused kernel with K/V of this type.
+    Fused(DType),
+}
+
+/// Best seconds of the attention through `kernel`.
 fn bench_ours(
-    blocked: bool,
+    kernel: Kernel,
     n: usize,
     heads: usize,
     hd: usize,
@@ -43,19 +53,27 @@ fn bench_ours(
     let ctx = Context::new(64, 64).expect("ctx");
     let graph = Graph::new(&ctx, 64);
     let scale = 1.0 / (hd as f32).sqrt();
-    let y = if blocked {
-        let kernels = backend
-            .cpu_kernels()
-            .expect("a CPU with the blocked kernels");
-        kernels
-            .attention(&ctx, q, k, v, heads, None, scale)
-            .expect("the blocked kernel takes this shape")
-    } else {
-        // [d, H, n] -> [d, n, H], the fused kernel's layout.
-        let split = |t| ctx.permute(ctx.reshape(t, [hd, heads, n, 1]), [0, 2, 1, 3]);
-        let whole = |t| ctx.cont_reshape(split(t), [hd, n, heads, 1]);
-        let (qs, ks, vs) = (split(q), whole(k), whole(v));
-        ctx.flash_attn_ext(qs, ks, vs, None, scale)
+    let y = match kernel {
+        Kernel::Blocked(precision) => {
+            let kernels = backend
+                .cpu_kernels()
+                .expect("a CPU with the blocked kernels");
+            kernels
+                .attention(&ctx, q, k, v, heads, None, scale, precision)
+                .expect("the blocked kernel takes this shape")
+        }
+        Kernel::Fused(kv) => {
+            // [d, H, n] -> [d, n, H], the fused kernel's layout.
+            let split = |t| ctx.permute(ctx.reshape(t, [hd, heads, n, 1]), [0, 2, 1, 3]);
+            let whole = |t| ctx.cont_reshape(split(t), [hd, n, heads, 1]);
+            let (qs, ks, vs) = (split(q), whole(k), whole(v));
+            let (ks, vs) = if kv == DType::F32 {
+                (ks, vs)
+            } else {
+                (ctx.cast(ks, kv), ctx.cast(vs, kv))
+            };
+            ctx.flash_attn_ext(qs, ks, vs, None, scale)
+        }
     };
     graph.expand(y);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
@@ -96,8 +114,14 @@ fn main() {
     if let Some(t) = torch {
         println!("  torch sdpa f32   {t:.2} s ({:.0} GFLOP/s)", rate(t));
     }
-    for (name, blocked) in [("blocked kernel", true), ("ggml fused f32", false)] {
-        let s = bench_ours(blocked, n, heads, hd, threads, reps);
+    let mut kernels = vec![("blocked f32", Kernel::Blocked(AttentionPrecision::Exact))];
+    if sd_cli::cpu_info::kernel_may_use("avx512bf16") {
+        kernels.push(("blocked bf16", Kernel::Blocked(AttentionPrecision::Bf16)));
+    }
+    kernels.push(("ggml fused f32", Kernel::Fused(DType::F32)));
+    kernels.push(("ggml fused f16", Kernel::Fused(DType::F16)));
+    for (name, kernel) in kernels {
+        let s = bench_ours(kernel, n, heads, hd, threads, reps);
         let vs = torch.map_or(String::new(), |t| format!(", {:.2}x torch", s / t));
         println!("  {name:<16} {s:.2} s ({:.0} GFLOP/s{vs})", rate(s));
     }

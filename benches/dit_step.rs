@@ -4,7 +4,7 @@
 //! diffusers fp32 on the CPU in the same run, at f32/bf16/q8_0 weights, with peak RSS.
 //!
 //! `cargo bench --bench dit_step -- --model flux|sd35m|zimage|wan [--threads N --dir DIR
-//! --variants f32,bf16,q8_0]`. The script writes the random weights (about 2.6 GB each) the
+//! --variants f32,bf16,q8_0]` (a variant `bf16+fa` runs as `--fa` does). The script writes the random weights (about 2.6 GB each) the
 //! first time and times diffusers; each of our variants runs in a child process so its peak
 //! RSS is its own. Per-block figures come from the same weights loaded without blocks (FLUX:
 //! and with its double block only), and extrapolate a step of the released depth.
@@ -52,6 +52,7 @@ fn time_model(
     wtype: Option<DType>,
     threads: usize,
     blocks: Option<[usize; 2]>,
+    fa: bool,
 ) -> (f64, f64) {
     let store = TensorStore::open(dir).expect("weights");
     let backend = Rc::new(Backend::cpu(threads).expect("cpu"));
@@ -71,7 +72,7 @@ fn time_model(
         let weights = loader.finish(&backend, "flux").expect("load");
         weights_mb = weights.bytes() as f64 / 1048576.0;
         drop(store);
-        let runner = Runner::new("flux", backend, Some(weights), RunOptions::default());
+        let runner = Runner::new("flux", backend, Some(weights), run_options(fa));
         let (img, txt, pooled) = (
             values(64 * 1024, 7919),
             values(4096 * 256, 104729),
@@ -105,7 +106,7 @@ fn time_model(
         let weights = loader.finish(&backend, "wan").expect("load");
         weights_mb = weights.bytes() as f64 / 1048576.0;
         drop(store);
-        let runner = Runner::new("wan", backend, Some(weights), RunOptions::default());
+        let runner = Runner::new("wan", backend, Some(weights), run_options(fa));
         let (x, text) = (values(104 * 60 * 9 * 16, 7919), values(4096 * 512, 104729));
         secs = best(|| {
             runner
@@ -130,7 +131,7 @@ fn time_model(
         let weights = loader.finish(&backend, "zimage").expect("load");
         weights_mb = weights.bytes() as f64 / 1048576.0;
         drop(store);
-        let runner = Runner::new("zimage", backend, Some(weights), RunOptions::default());
+        let runner = Runner::new("zimage", backend, Some(weights), run_options(fa));
         let (img, cap) = (values(64 * 4096, 7919), values(2560 * 100, 104729));
         secs = best(|| {
             runner
@@ -157,7 +158,7 @@ fn time_model(
         let weights = loader.finish(&backend, "sd3").expect("load");
         weights_mb = weights.bytes() as f64 / 1048576.0;
         drop(store);
-        let runner = Runner::new("sd3", backend, Some(weights), RunOptions::default());
+        let runner = Runner::new("sd3", backend, Some(weights), run_options(fa));
         let (x, ctx, pooled) = (
             values(64 * 64 * 16 * 2, 7919),
             values(4096 * 154 * 2, 104729),
@@ -177,20 +178,33 @@ fn time_model(
     (secs, weights_mb)
 }
 
-fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
+/// The runner's options; `fa` as `--fa` sets them.
+fn run_options(fa: bool) -> RunOptions {
+    RunOptions {
+        flash_attn: fa,
+        ..RunOptions::default()
+    }
+}
+
+/// One variant: a weight type, with `+fa` as `--fa` runs it (`bf16+fa`).
+fn run_variant(model: &str, dir: &Path, variant: &str, threads: usize) {
+    let (ty, fa) = match variant.strip_suffix("+fa") {
+        Some(ty) => (ty, true),
+        None => (variant, false),
+    };
     let wtype = if ty == "f32" {
         None
     } else {
         DType::from_name(ty)
     };
-    let (secs, weights_mb) = time_model(model, dir, wtype, threads, None);
+    let (secs, weights_mb) = time_model(model, dir, wtype, threads, None, fa);
     // Peak RSS belongs to the whole model: the block-less runs below are smaller.
     let rss = peak_rss_mb();
     // Per-block costs from the same model without blocks (and, for FLUX, with its double
     // block only), so a released depth can be extrapolated.
-    let base = time_model(model, dir, wtype, threads, Some([0, 0])).0;
+    let base = time_model(model, dir, wtype, threads, Some([0, 0]), fa).0;
     let blocks = if model == "flux" {
-        let double = time_model(model, dir, wtype, threads, Some([1, 0])).0 - base;
+        let double = time_model(model, dir, wtype, threads, Some([1, 0]), fa).0 - base;
         let single = (secs - base - double) / 2.0;
         format!(
             "embedders_s {base:.3} double_s {double:.3} single_s {single:.3} full_s {:.3}",
@@ -199,7 +213,7 @@ fn run_variant(model: &str, dir: &Path, ty: &str, threads: usize) {
     } else if model == "zimage" {
         // Refiners: one noise (image, modulated) + one context (caption) block; the main
         // layers run over image + caption tokens.
-        let refiners = time_model(model, dir, wtype, threads, Some([1, 0])).0 - base;
+        let refiners = time_model(model, dir, wtype, threads, Some([1, 0]), fa).0 - base;
         let layer = (secs - base - refiners) / 2.0;
         format!(
             "embedders_s {base:.3} refiners_s {refiners:.3} layer_s {layer:.3} full_s {:.3}",

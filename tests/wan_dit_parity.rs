@@ -3,7 +3,9 @@
 //! random models: 2 heads × 16, 2 layers, 6 → 4 channels, text dim 24; a T2V model with
 //! patch (1, 2, 2) and an I2V one with an FLF2V position table and patch (2, 2, 2)).
 //! Tolerance: max abs error ≤ 2e-5 × max(1, max |reference|) in f32 (measured ≤ 3.3e-6 with
-//! the blocked CPU kernels and with ggml's own); `--fa` (f16 K/V) 2e-3; segmented runs must
+//! the blocked CPU kernels and with ggml's own); `--fa` (f16 K/V) 2e-3; bf16 weights 2e-2
+//! (measured 1.5e-2–2.0e-2 absolute against a scale of 6.65, 2.4e-2 with `--fa`'s bf16
+//! attention); segmented runs must
 //! equal monolithic ones exactly.
 
 mod common;
@@ -11,6 +13,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
+use sd_cli::dtype::DType;
 use sd_cli::models::dit::wan::{heads_hint, Wan, WanConfig, WanInputs, WanLayout};
 use sd_cli::runner::{
     MemoryOptions, RunOptions, Runner, RunnerError, StoreSource, WeightLoader, WeightSource,
@@ -42,8 +45,18 @@ fn load_with(
     heads: Option<usize>,
     options: RunOptions,
 ) -> Result<(Wan, Runner), RunnerError> {
+    load_as(source, heads, options, None)
+}
+
+/// Like [`load_with`], the weights converted to `wtype` (as `--type` does).
+fn load_as(
+    source: &dyn WeightSource,
+    heads: Option<usize>,
+    options: RunOptions,
+    wtype: Option<DType>,
+) -> Result<(Wan, Runner), RunnerError> {
     let backend = cpu();
-    let loader = WeightLoader::new(source, None);
+    let loader = WeightLoader::new(source, wtype);
     let config = WanConfig::detect(&loader.root(""), heads)?;
     let model = Wan::new(&loader.root(""), config)?;
     let weights = loader.finish(&backend, "wan")?;
@@ -199,6 +212,40 @@ fn flash_attention_close() {
     let (m, r) = load_with(&StoreSource::new(&store, ""), heads, options).unwrap();
     let c = case("t2v");
     assert_close("t2v (--fa)", &try_run(&m, &r, &c).unwrap(), &c.out, 2e-3);
+}
+
+/// With bf16 weights (products round their activations to bf16) `--fa` lets the CPU's
+/// attention round its operands to bf16 too, where the CPU has AVX-512 BF16: the result moves,
+/// and stays as close to diffusers as the bf16 weights leave it.
+#[test]
+fn bf16_weights_with_fa_round_attention_too() {
+    let (store, heads) = diffusers_store("t2v");
+    let c = case("t2v");
+    let run = |flash_attn| {
+        let options = RunOptions {
+            flash_attn,
+            ..RunOptions::default()
+        };
+        let source = StoreSource::new(&store, "");
+        let (m, r) = load_as(&source, heads, options, Some(DType::BF16)).unwrap();
+        try_run(&m, &r, &c).unwrap()
+    };
+    let (plain, fa) = (run(false), run(true));
+    let plain_err = assert_close("t2v bf16 weights", &plain, &c.out, 2e-2);
+    let fa_err = assert_close("t2v bf16 weights (--fa)", &fa, &c.out, 2e-2);
+    let apart = max_abs_diff(&plain, &fa);
+    if sd_cli::cpu_info::kernel_may_use("avx512bf16") {
+        assert!(apart > 0.0, "--fa left the attention exact");
+        // The attention's rounding is of the order the weights' already is.
+        assert!(
+            fa_err < 4.0 * plain_err,
+            "--fa error {fa_err} against {plain_err}"
+        );
+    } else if sd_cli::cpu_info::kernel_may_use("avx2") && sd_cli::cpu_info::kernel_may_use("fma") {
+        // The blocked attention without AVX-512 BF16 stays exact (without the blocked
+        // kernels `--fa` is ggml's fused f16 kernel, which moves the result too).
+        assert_eq!(apart, 0.0, "no bf16 attention without AVX-512 BF16");
+    }
 }
 
 #[test]

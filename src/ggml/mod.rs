@@ -26,7 +26,7 @@ pub use backend::{
 };
 pub use context::{Context, Tensor};
 pub use error::GgmlError;
-pub use gemm::{blocked_gemm_available, BlockedOp, ConvGeometry, CpuKernels};
+pub use gemm::{blocked_gemm_available, AttentionPrecision, BlockedOp, ConvGeometry, CpuKernels};
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;
 pub use logging::{exit_on_abort, set_verbose};

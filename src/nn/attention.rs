@@ -10,7 +10,9 @@ pub struct AttentionMask<'g>(pub Tensor<'g>);
 
 /// q: [head_dim * heads, n_q, B], k/v: [head_dim * heads, n_kv, B] → [head_dim * heads, n_q, B].
 ///
-/// On the CPU with AVX-512 or AVX2: the blocked kernels (`ggml::gemm`), exact in f32.
+/// On the CPU with AVX-512 or AVX2: the blocked kernels (`ggml::gemm`), exact in f32, or on
+/// bf16 operands (f32 accumulation) where `g.attention_precision()` allows it (`--fa` with
+/// bf16 or quantized weights) and the CPU has AVX-512 BF16.
 /// Otherwise, with `g.flash_attn()` the fused kernel runs with K/V in f16 and f32
 /// accumulation where the device has it, else softmax(q k^T * scale + mask) v in f32.
 pub fn attention<'g>(
@@ -26,12 +28,16 @@ pub fn attention<'g>(
     let head_dim = dim / heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
     if let Some(kernels) = g.cpu_kernels() {
-        // CPU: heads read in place by the blocked kernels (exact, f32; like `--fa`, no score
-        // matrix beyond one query block per thread), when they take it. Faster than ggml's
-        // fused kernel, so `--fa` takes this too.
+        // CPU: heads read in place by the blocked kernels (like `--fa`, no score matrix
+        // beyond one query block per thread), when they take it. Faster than ggml's fused
+        // kernel, so `--fa` takes this too: its reduced precision (upstream rounds Q, K and V
+        // to f16) is bf16 operands here, for models whose products round already.
         let c = |t: Tensor<'g>| if t.is_contiguous() { t } else { g.cont(t) };
         let mask = mask.map(|m| m.0);
-        if let Some(out) = kernels.attention(g.ctx(), c(q), c(k), c(v), heads, mask, scale) {
+        let precision = g.attention_precision();
+        if let Some(out) =
+            kernels.attention(g.ctx(), c(q), c(k), c(v), heads, mask, scale, precision)
+        {
             return out;
         }
     }

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use super::cache::{CacheStores, NamedCache};
 use super::weights::{AdapterTensors, ModelWeights, Param};
 use crate::dtype::DType;
-use crate::ggml::{Backend, Context, CpuKernels, Graph, Tensor};
+use crate::ggml::{AttentionPrecision, Backend, Context, CpuKernels, Graph, Tensor};
 use crate::tensor::Ne;
 
 pub(crate) enum InputData {
@@ -37,6 +37,8 @@ pub struct GraphCtx<'g> {
     /// Destinations of this graph's cache stores.
     stores: &'g CacheStores,
     flash_attn: bool,
+    /// `--fa` with weights whose products already round (see [`Self::attention_precision`]).
+    bf16_attention: bool,
     /// The device the graph runs on, asked whether it has a kernel for an op.
     backend: Option<&'g Backend>,
     /// The blocked CPU kernels, when the graph runs on the CPU backend and may use them.
@@ -70,6 +72,7 @@ impl<'g> GraphCtx<'g> {
             cuts: RefCell::new(Vec::new()),
             stores,
             flash_attn,
+            bf16_attention: flash_attn && weights.is_some_and(ModelWeights::rounds_products),
             backend: None,
             cpu_kernels: None,
             graph: None,
@@ -255,6 +258,18 @@ impl<'g> GraphCtx<'g> {
     /// Whether attention should use ggml's fused flash-attention kernel (`--fa`).
     pub fn flash_attn(&self) -> bool {
         self.flash_attn
+    }
+
+    /// What the blocked CPU attention may round: bf16 operands under `--fa` when this
+    /// model's products already round their activations to bf16 or 8 bits (bf16 or quantized
+    /// weights), so the attention's rounding is of the same order; exact f32 otherwise (f32
+    /// and f16 weights, whose products are exact in f32).
+    pub fn attention_precision(&self) -> AttentionPrecision {
+        if self.bf16_attention {
+            AttentionPrecision::Bf16
+        } else {
+            AttentionPrecision::Exact
+        }
     }
 
     /// Whether exact (non-`--fa`) attention may use ggml's fused kernel with f32 K/V (online

@@ -616,6 +616,16 @@ impl ModelWeights {
         &self.names[p.0]
     }
 
+    /// Whether some matrix weight is bf16 or quantized: products with it round their
+    /// activations to bf16 or 8 bits on the CPU, so attention may round its operands to bf16
+    /// under `--fa` without coarsening the model's arithmetic.
+    pub fn rounds_products(&self) -> bool {
+        (0..self.arena.len()).any(|i| {
+            let t = self.arena.get(i);
+            t.ne()[1] > 1 && (t.ty() == DType::BF16 || t.ty().is_quantized())
+        })
+    }
+
     /// Total bytes of weight data (on the device, or in host memory when offloaded).
     pub fn bytes(&self) -> usize {
         self.bytes

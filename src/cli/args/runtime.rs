@@ -109,7 +109,8 @@ pub struct RuntimeArgs {
     #[arg(long = "control-net-cpu")]
     pub control_net_cpu: bool,
 
-    /// use flash attention
+    /// use flash attention (reduced precision: K/V in f16; on CPUs with AVX-512 BF16 and
+    /// bf16 or quantized weights, bf16 operands)
     #[arg(long = "fa")]
     pub fa: bool,
 

@@ -1,7 +1,9 @@
-//! Exact multi-head attention on the CPU through the blocked tiles: for a block of queries and
-//! a chunk of keys, the scores (one row block of S = Q Kᵀ, kept in L2), an online softmax per
-//! row, then P V straight into the output, rescaled as the running maximum grows. Heads are read in place from the [heads · d, n, batch]
-//! projections, so no permute or copy is needed around it.
+//! Multi-head attention on the CPU through the blocked tiles, exact in f32 (or, where the
+//! caller allows it and the CPU has AVX-512 BF16, both products on bf16 operands): for a
+//! block of queries and a chunk of keys, the scores (one row block of S = Q Kᵀ, kept in L2),
+//! an online softmax per row, then P V straight into the output, rescaled as the running
+//! maximum grows. Heads are read in place from the [heads · d, n, batch] projections, so no
+//! permute or copy is needed around it.
 //!
 //! Why: ggml's fused CPU kernel re-packs each 64-key tile for every 64-query tile and runs
 //! its products at a fraction of the FMA peak; PixArt XL spent ~4 s of a 10 s bf16 step there.
@@ -13,9 +15,9 @@ use super::avx2_rows;
 use super::claims::Claims;
 use super::dispatch::{self, Tiles};
 use super::driver::Packed;
-use super::kernels::Tile;
+use super::kernels::{self, Tile};
 use super::pack::{self, Rows};
-use super::{MR, NR};
+use super::{AttentionPrecision, MR, NR};
 use crate::dtype::DType;
 use crate::ggml::context::{Context, Tensor};
 use crate::ggml::sys;
@@ -24,7 +26,7 @@ use crate::ggml::sys;
 const QB: usize = 8 * MR;
 /// Keys per score chunk: the block's chunk of scores (48 × 512 f32, 96 KiB) stays in L2
 /// through its three passes. A multiple of [`NR`] and of [`KEY_CHUNK`].
-const SCORE_CHUNK: usize = 512;
+pub(super) const SCORE_CHUNK: usize = 512;
 /// Keys per P V pass: V's chunk (256 × the head size in f32) stays in L2 for the block.
 const KEY_CHUNK: usize = 256;
 /// Longest key sequence taken (each thread packs its head's K and V).
@@ -37,6 +39,8 @@ const MAX_HEAD_ELEMENTS: usize = 2 << 20;
 /// parameters, which take the first 24 bytes).
 const PARAM_HEADS: usize = 8;
 const PARAM_SCALE: usize = 9;
+/// 1 when the products run on bf16 operands (see [`AttentionPrecision::Bf16`]).
+const PARAM_BF16: usize = 10;
 
 impl super::CpuKernels {
     /// softmax(q kᵀ · scale + mask) v for each of `heads` heads, like `attention` in
@@ -53,6 +57,7 @@ impl super::CpuKernels {
         heads: usize,
         mask: Option<Tensor<'c>>,
         scale: f32,
+        precision: AttentionPrecision,
     ) -> Option<Tensor<'c>> {
         // Only where the CPU has the tiles the node's body runs on.
         super::tiles()?;
@@ -100,6 +105,8 @@ impl super::CpuKernels {
         unsafe {
             (*out).op_params[PARAM_HEADS] = heads as i32;
             (*out).op_params[PARAM_SCALE] = scale.to_bits() as i32;
+            (*out).op_params[PARAM_BF16] =
+                (precision == AttentionPrecision::Bf16 && super::bf16_native()) as i32;
         }
         Some(ctx.wrap(out))
     }
@@ -122,6 +129,8 @@ struct Heads<'a> {
     /// How V's head columns are split into panels (the same for every head).
     v_panels: Vec<VPanel>,
     tiles: Tiles,
+    /// Products on bf16 pairs (`PARAM_BF16`; only set where the CPU has AVX-512 BF16).
+    bf16: bool,
 }
 
 /// # Safety
@@ -160,6 +169,7 @@ pub(super) unsafe extern "C" fn compute(
             scale: f32::from_bits(d.op_params[PARAM_SCALE] as u32),
             v_panels: v_panels(dim / heads.max(1)),
             tiles,
+            bf16: d.op_params[PARAM_BF16] != 0 && super::bf16_native(),
         }
     };
     job.run(&claims);
@@ -195,22 +205,42 @@ impl Heads<'_> {
     }
 
     /// K as panels of 64 keys over the head's d (like a weight), V as panels of its d
-    /// columns over the keys (see [`v_panels`]).
+    /// columns over the keys (see [`v_panels`]); in bf16, of d pairs and of key pairs.
     fn pack_head(&self, b: usize, h: usize, s: &mut Scratch) {
         let kv = b * self.n_kv * self.dim..(b + 1) * self.n_kv * self.dim;
         let k_rows = Rows {
             data: &self.k[kv.clone()],
             k: self.dim,
         };
-        let k_len = self.n_kv.div_ceil(NR) * self.hd * NR;
-        // SAFETY: this op is only built for CPUs with the blocked kernels (`CpuKernels`).
-        unsafe { pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len)) };
-        let total = self.v_panels.iter().map(|p| p.width).sum::<usize>() * self.n_kv;
-        let v = s.v.f32s(total);
+        if self.bf16 {
+            let k_len = self.n_kv.div_ceil(NR) * self.hd.div_ceil(2) * NR;
+            let k_out = s.k.u32s(k_len);
+            pack::panels_bf16_of_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, k_out);
+        } else {
+            let k_len = self.n_kv.div_ceil(NR) * self.hd * NR;
+            // SAFETY: this op is only built for CPUs with the blocked kernels (`CpuKernels`).
+            unsafe {
+                pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len))
+            };
+        }
+        // In bf16 the panels hold key pairs.
+        let depth = if self.bf16 {
+            self.n_kv.div_ceil(2)
+        } else {
+            self.n_kv
+        };
+        let total = self.v_panels.iter().map(|p| p.width).sum::<usize>() * depth;
         for p in &self.v_panels {
-            let out = &mut v[p.offset(self.n_kv)..][..p.width * self.n_kv];
+            let (at, len) = (p.offset(depth), p.width * depth);
             let cols = (h * self.hd + p.c0, p.cols, p.width);
-            pack::panel_of_columns(&self.v[kv.clone()], self.dim, self.n_kv, cols, out);
+            let v = &self.v[kv.clone()];
+            if self.bf16 {
+                let out = &mut s.v.u32s(total)[at..][..len];
+                pack::pair_panel_of_columns(v, self.dim, self.n_kv, cols, out);
+            } else {
+                let out = &mut s.v.f32s(total)[at..][..len];
+                pack::panel_of_columns(v, self.dim, self.n_kv, cols, out);
+            }
         }
     }
 
@@ -236,10 +266,23 @@ impl Heads<'_> {
         };
         let mut top = [f32::NEG_INFINITY; QB];
         let mut sum = [0f32; QB];
+        let hd2 = self.hd.div_ceil(2);
+        if self.bf16 {
+            let q = Rows {
+                data: &self.q[b * self.n_q * self.dim..(b + 1) * self.n_q * self.dim],
+                k: self.dim,
+            };
+            pack::rows_bf16(
+                &q,
+                rows.clone(),
+                h * self.hd,
+                self.hd,
+                s.q.u32s(rows.len() * hd2),
+            );
+        }
         for k0 in (0..self.n_kv).step_by(SCORE_CHUNK) {
             let kc = SCORE_CHUNK.min(self.n_kv - k0);
             for p in k0 / NR..(k0 + kc).div_ceil(NR) {
-                let panel = s.k.f32s_ro(p * self.hd * NR);
                 for (r0, n_rows, s_row) in strips() {
                     let tile = Tile {
                         c: s_row.wrapping_add(p * NR - k0),
@@ -250,14 +293,8 @@ impl Heads<'_> {
                         addend: std::ptr::null(),
                         bias: std::ptr::null(),
                     };
-                    let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
-                    // SAFETY: `self.tiles` are this CPU's; the query rows hold `hd` floats
-                    // `dim` apart; the K panel holds `hd * NR`; the tile lies inside this
-                    // block's chunk of score rows.
-                    unsafe {
-                        let q = self.q[q_row..].as_ptr();
-                        dispatch::tile_f32(self.tiles, self.hd, q, self.dim, panel, &tile)
-                    };
+                    // SAFETY: the tile lies inside this block's chunk of score rows.
+                    unsafe { self.score_tile(b, h, r0 - rows.start, r0, p, s, &tile) };
                 }
             }
             for (i, r) in rows.clone().enumerate() {
@@ -287,6 +324,13 @@ impl Heads<'_> {
             }
             for c0 in (k0..k0 + kc).step_by(KEY_CHUNK) {
                 let cc = KEY_CHUNK.min(k0 + kc - c0);
+                if self.bf16 {
+                    // SAFETY: the block's score rows, `ld` floats each, were filled above.
+                    let p = unsafe { std::slice::from_raw_parts(scores, rows.len() * ld) };
+                    let p = Rows { data: p, k: ld };
+                    let out = s.p.u32s(rows.len() * cc.div_ceil(2));
+                    pack::rows_bf16(&p, 0..rows.len(), c0 - k0, cc, out);
+                }
                 for (r0, n_rows, s_row) in strips() {
                     for p in &self.v_panels {
                         let tile = Tile {
@@ -298,21 +342,12 @@ impl Heads<'_> {
                             addend: std::ptr::null(),
                             bias: std::ptr::null(),
                         };
-                        let panel = s.v.f32s_ro(p.offset(self.n_kv) + c0 * p.width);
-                        // SAFETY: as above; the exponential rows hold `cc` floats from
-                        // `c0 − k0`, `ld` apart; the V panel `n_kv * width` (this chunk's rows
-                        // from c0); the tile is this head's slice of these output rows.
-                        unsafe {
-                            dispatch::tile_f32_width(
-                                self.tiles,
-                                p.width,
-                                cc,
-                                s_row.wrapping_add(c0 - k0).cast_const(),
-                                ld,
-                                panel,
-                                &tile,
-                            )
-                        };
+                        let exps = s_row.wrapping_add(c0 - k0).cast_const();
+                        let i = r0 - rows.start;
+                        // SAFETY: the exponential rows hold `cc` floats from `c0 − k0`, `ld`
+                        // apart (rounded: `cc` halved); the tile is this head's slice of
+                        // these output rows.
+                        unsafe { self.value_tile((exps, ld), i, (c0, cc), p, s, &tile) };
                     }
                 }
             }
@@ -322,6 +357,76 @@ impl Heads<'_> {
             // SAFETY: this thread's output row slice, as above.
             let out = unsafe { std::slice::from_raw_parts_mut(out_row(r), self.hd) };
             out.iter_mut().for_each(|v| *v *= inv);
+        }
+    }
+}
+
+impl Heads<'_> {
+    /// Scores of query rows `r0..` (strip `i` rows into the block) against K's panel `p`.
+    ///
+    /// # Safety
+    /// `tile` lies inside the block's score rows; the head's K (and, in bf16, the block's
+    /// query pairs) are packed.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn score_tile(
+        &self,
+        b: usize,
+        h: usize,
+        i: usize,
+        r0: usize,
+        p: usize,
+        s: &Scratch,
+        tile: &Tile,
+    ) {
+        if self.bf16 {
+            let hd2 = self.hd.div_ceil(2);
+            // SAFETY: `bf16` is only set where the CPU has AVX-512 BF16; the block's query
+            // pairs hold `hd2` words per row, the K panel `hd2 * NR`.
+            unsafe {
+                let (q, panel) = (s.q.u32s_ro(i * hd2), s.k.u32s_ro(p * hd2 * NR));
+                kernels::tile_bf16(hd2, q, hd2, panel, tile)
+            }
+        } else {
+            let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
+            // SAFETY: `self.tiles` are this CPU's; the query rows hold `hd` floats `dim`
+            // apart; the K panel holds `hd * NR`.
+            unsafe {
+                let (q, panel) = (self.q[q_row..].as_ptr(), s.k.f32s_ro(p * self.hd * NR));
+                dispatch::tile_f32(self.tiles, self.hd, q, self.dim, panel, tile)
+            }
+        }
+    }
+
+    /// P V of keys `c0..c0 + cc` for the strip `i` rows into the block into V's panel `p` of
+    /// the output: from the exponentials in place (`exps`, `ld` apart), or in bf16 from their
+    /// pairs packed for this chunk of keys.
+    ///
+    /// # Safety
+    /// `tile` is this head's slice of the strip's output rows; the head's V is packed (and,
+    /// in bf16, this chunk's exponentials).
+    unsafe fn value_tile(
+        &self,
+        (exps, ld): (*const f32, usize),
+        i: usize,
+        (c0, cc): (usize, usize),
+        p: &VPanel,
+        s: &Scratch,
+        tile: &Tile,
+    ) {
+        if self.bf16 {
+            let (cc2, n_kv2) = (cc.div_ceil(2), self.n_kv.div_ceil(2));
+            // SAFETY: AVX-512 BF16 as in `score_tile`; the chunk's pairs hold `cc2` words
+            // per row; V's pair panel `n_kv2 * width` words (this chunk's from c0 / 2, c0
+            // even: a multiple of KEY_CHUNK).
+            unsafe {
+                let panel = s.v.u32s_ro(p.offset(n_kv2) + c0 / 2 * p.width);
+                let pairs = s.p.u32s_ro(i * cc2);
+                kernels::tile_bf16_width(p.width, cc2, pairs, cc2, panel, tile)
+            }
+        } else {
+            let panel = s.v.f32s_ro(p.offset(self.n_kv) + c0 * p.width);
+            // SAFETY: `self.tiles` are this CPU's; the V panel holds `n_kv * width` floats.
+            unsafe { dispatch::tile_f32_width(self.tiles, p.width, cc, exps, ld, panel, tile) }
         }
     }
 }
@@ -361,12 +466,15 @@ fn v_panels(hd: usize) -> Vec<VPanel> {
         .collect()
 }
 
-/// Per-thread buffers: packed K and V of the current head, the block's score rows.
+/// Per-thread buffers: packed K and V of the current head, the block's score rows (and in
+/// bf16 its query pairs and one key chunk's exponentials as pairs).
 #[derive(Default)]
 struct Scratch {
     k: Packed,
     v: Packed,
     s: Packed,
+    q: Packed,
+    p: Packed,
 }
 
 thread_local! {

@@ -106,7 +106,31 @@ pub(super) unsafe fn tile_f32_width(
 /// apart; `ws` holds `kc2 * NR` pairs; `t` as for [`tile_f32`].
 pub(super) unsafe fn tile_bf16(kc2: usize, xs: *const u32, ldx: usize, ws: *const u32, t: &Tile) {
     // SAFETY: the caller's contract, passed on unchanged.
-    unsafe { with_rows!(t.rows, R => rows_bf16::<R>(kc2, xs, ldx, ws, t)) }
+    unsafe { with_rows!(t.rows, R => rows_bf16::<R, 4>(kc2, xs, ldx, ws, t)) }
+}
+
+/// Like [`tile_bf16`] from a panel of pairs `width` wide (16, 32, 48 or 64; `ws` holds
+/// `kc2 * width`): attention's V in bf16 when its head size is not a multiple of 64.
+///
+/// # Safety
+/// As for [`tile_bf16`], with the narrower panel and `t.cols` ≤ `width`.
+pub(super) unsafe fn tile_bf16_width(
+    width: usize,
+    kc2: usize,
+    xs: *const u32,
+    ldx: usize,
+    ws: *const u32,
+    t: &Tile,
+) {
+    // SAFETY: the caller's contract, passed on unchanged.
+    unsafe {
+        match width {
+            16 => with_rows!(t.rows, R => rows_bf16::<R, 1>(kc2, xs, ldx, ws, t)),
+            32 => with_rows!(t.rows, R => rows_bf16::<R, 2>(kc2, xs, ldx, ws, t)),
+            48 => with_rows!(t.rows, R => rows_bf16::<R, 3>(kc2, xs, ldx, ws, t)),
+            _ => with_rows!(t.rows, R => rows_bf16::<R, 4>(kc2, xs, ldx, ws, t)),
+        }
+    }
 }
 
 /// `R` rows × `V` vectors of f32 products; the panel is `16 * V` wide.
@@ -141,8 +165,9 @@ unsafe fn rows_f32<const R: usize, const V: usize>(
     unsafe { store(&acc, t) }
 }
 
+/// `R` rows × `V` vectors of bf16 pair products; the panel is `16 * V` pairs wide.
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn rows_bf16<const R: usize>(
+unsafe fn rows_bf16<const R: usize, const V: usize>(
     kc2: usize,
     xs: *const u32,
     ldx: usize,
@@ -151,18 +176,18 @@ unsafe fn rows_bf16<const R: usize>(
 ) {
     // SAFETY: prefetches never fault; the output lines arrive while the products run.
     unsafe { prefetch_output::<R>(t) };
-    let mut acc: Acc<R, 4> = [[_mm512_setzero_ps(); 4]; R];
+    let mut acc: Acc<R, V> = [[_mm512_setzero_ps(); V]; R];
     for q in 0..kc2 {
         // SAFETY: q < kc2 and r < R = t.rows: inside the panel and the activation rows;
         // bf16 vectors are 64-byte bit patterns like the integer vectors loaded.
         unsafe {
-            let w = ws.add(q * NR);
-            let wv: [__m512bh; 4] = [
-                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.cast())),
-                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.add(16).cast())),
-                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.add(32).cast())),
-                std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(w.add(48).cast())),
-            ];
+            let w = ws.add(q * 16 * V);
+            let mut wv = [std::mem::transmute::<__m512i, __m512bh>(_mm512_setzero_si512()); V];
+            for (j, v) in wv.iter_mut().enumerate() {
+                *v = std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                    w.add(16 * j).cast(),
+                ));
+            }
             for (r, a) in acc.iter_mut().enumerate() {
                 let b = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
                     *xs.add(r * ldx + q) as i32,

@@ -59,6 +59,18 @@ use crate::dtype::DType;
 pub(in crate::ggml) use dispatch::{avx512_kernels, tiles, Tiles};
 pub use im2col::ConvGeometry;
 
+/// What the caller accepts for attention's two products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionPrecision {
+    /// Everything in f32 (the reference's arithmetic).
+    Exact,
+    /// Where the CPU multiplies bf16 natively (AVX-512 BF16): Q, K, V and the softmax's
+    /// exponentials rounded to bf16 for `vdpbf16ps`, accumulation, softmax and sums in f32
+    /// (about twice the f32 rate). What `--fa` asks for: upstream's fused kernel rounds Q, K
+    /// and V to f16 there. Elsewhere the same as `Exact`.
+    Bf16,
+}
+
 /// Tokens per register tile (rows of the output).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(in crate::ggml) const MR: usize = 6;
@@ -403,6 +415,7 @@ impl CpuKernels {
         _heads: usize,
         _mask: Option<Tensor<'c>>,
         _scale: f32,
+        _precision: AttentionPrecision,
     ) -> Option<Tensor<'c>> {
         None
     }

@@ -407,3 +407,59 @@ pub(super) fn panel_of_columns(
         dst[valid..].fill(0.0);
     }
 }
+
+/// Rows `feats` of a row-major f32 matrix (attention's K: a row per key), columns
+/// `k0..k0 + kc`, rounded to bf16 k-pairs as [`rows_bf16`] rounds activations, into panels of
+/// [`NR`] rows (`panel[pair * NR + j]`); rows past the end of the last panel are zero.
+pub(super) fn panels_bf16_of_f32(
+    x: &Rows<'_, f32>,
+    feats: std::ops::Range<usize>,
+    k0: usize,
+    kc: usize,
+    out: &mut [u32],
+) {
+    let kc2 = kc.div_ceil(2);
+    let mut pairs = vec![0u32; kc2];
+    for (p, panel) in out
+        .chunks_exact_mut(kc2 * NR)
+        .take(feats.len().div_ceil(NR))
+        .enumerate()
+    {
+        for col in 0..NR {
+            let row = feats.start + p * NR + col;
+            if row < feats.end {
+                rows_bf16(x, row..row + 1, k0, kc, &mut pairs);
+            } else {
+                pairs.fill(0);
+            }
+            for (q, &pair) in pairs.iter().enumerate() {
+                panel[q * NR + col] = pair;
+            }
+        }
+    }
+}
+
+/// Like [`panel_of_columns`] with the rows rounded to bf16 and paired (row `2i` in the low
+/// half of `panel[i * width + j]`, row `2i + 1` in the high half; a missing last odd row is
+/// zero): attention's V as the k-pairs of a P V product over keys.
+pub(super) fn pair_panel_of_columns(
+    data: &[f32],
+    ld: usize,
+    rows: usize,
+    (c0, cols, width): (usize, usize, usize),
+    out: &mut [u32],
+) {
+    let valid = cols.min(width);
+    for (i, dst) in out
+        .chunks_exact_mut(width)
+        .take(rows.div_ceil(2))
+        .enumerate()
+    {
+        let lo = &data[2 * i * ld + c0..][..valid];
+        let hi = (2 * i + 1 < rows).then(|| &data[(2 * i + 1) * ld + c0..][..valid]);
+        for (j, d) in dst[..valid].iter_mut().enumerate() {
+            *d = bf16_bits(lo[j]) | hi.map_or(0, |h| bf16_bits(h[j]) << 16);
+        }
+        dst[valid..].fill(0);
+    }
+}
