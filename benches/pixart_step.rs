@@ -12,8 +12,9 @@
 //! kernels, so compare with `+ggml`): the cost of the protocol, without a network.
 //!
 //! CPU classes: the machine's own (`native`), then every lesser class it can imitate
-//! (`avx512bf16`, `avx512`, `avx2`; `--classes native,avx512,ggml` picks; `ggml` is none of
-//! our kernels): ours under `SD_CLI_CPU=<class>`, PyTorch capped alike (`ATEN_CPU_CAPABILITY`,
+//! (`avx512bf16`, `avx512`, `avxvnni`, `avx2`; `--classes native,avx512,ggml` picks; `ggml`
+//! is none of our kernels; `avxvnni` on an AVX-512 VNNI machine runs the EVEX encoding of
+//! AVX-VNNI's instruction): ours under `SD_CLI_CPU=<class>`, PyTorch capped alike (`ATEN_CPU_CAPABILITY`,
 //! `MKL_ENABLE_INSTRUCTIONS`, `DNNL_MAX_CPU_ISA`). ggml's own kernels are compiled for the
 //! build machine and are not capped, so on an AVX-512 machine the `avx2` class runs our AVX2
 //! tiles beside ggml's kernels as built there (AVX-512), not an AVX2 build of ggml.
@@ -184,6 +185,9 @@ fn reachable_classes() -> Vec<String> {
     if f.contains(&"AVX-512 BF16") {
         out.push("avx512".into());
     }
+    if f.contains(&"AVX-512 VNNI") && f.contains(&"AVX2") {
+        out.push("avxvnni".into());
+    }
     if f.contains(&"AVX-512F") && f.contains(&"AVX2") {
         out.push("avx2".into());
     }
@@ -197,6 +201,11 @@ fn torch_env(class: &str) -> Vec<(&'static str, &'static str)> {
             ("ATEN_CPU_CAPABILITY", "avx2"),
             ("MKL_ENABLE_INSTRUCTIONS", "AVX2"),
             ("DNNL_MAX_CPU_ISA", "AVX2"),
+        ],
+        "avxvnni" => vec![
+            ("ATEN_CPU_CAPABILITY", "avx2"),
+            ("MKL_ENABLE_INSTRUCTIONS", "AVX2_E1"),
+            ("DNNL_MAX_CPU_ISA", "AVX2_VNNI"),
         ],
         "avx512" => vec![
             ("ATEN_CPU_CAPABILITY", "avx512"),

@@ -1,6 +1,6 @@
 //! What this CPU offers the kernels: one line for `-v` and `--list-devices`, so figures from
 //! different machines can be told apart (and a slow run explained), and the run-time cap
-//! `SD_CLI_CPU=ggml|avx2|avx512|avx512bf16|native` that makes our kernel selection behave as
+//! `SD_CLI_CPU=ggml|avx2|avxvnni|avx512|avx512bf16|native` that makes our kernel selection behave as
 //! on a lesser CPU (ggml's own kernels are compiled for this machine and are not capped).
 
 use std::sync::OnceLock;
@@ -13,6 +13,10 @@ pub enum CpuCap {
     /// No AVX-512: the AVX2 + FMA product tiles, ggml's kernels for the rest (desktops and
     /// laptops without AVX-512).
     Avx2,
+    /// AVX2 with AVX-VNNI, no AVX-512 (Alder Lake and later Intel desktops and laptops): q8_0
+    /// weights through 256-bit VNNI integer products. An AVX-512 VNNI CPU imitates it with
+    /// the EVEX encoding of the same instruction.
+    AvxVnni,
     /// AVX-512F/BW/VNNI but no BF16 (Ice Lake / Sapphire Rapids without AMX class): bf16
     /// weights widened to f32.
     Avx512,
@@ -28,6 +32,7 @@ impl CpuCap {
         match s.trim().to_ascii_lowercase().as_str() {
             "ggml" => Some(Self::Ggml),
             "avx2" => Some(Self::Avx2),
+            "avxvnni" => Some(Self::AvxVnni),
             "avx512" => Some(Self::Avx512),
             "avx512bf16" => Some(Self::Avx512Bf16),
             "native" | "" => Some(Self::Native),
@@ -39,6 +44,7 @@ impl CpuCap {
         match self {
             Self::Ggml => "ggml",
             Self::Avx2 => "avx2",
+            Self::AvxVnni => "avxvnni",
             Self::Avx512 => "avx512",
             Self::Avx512Bf16 => "avx512bf16",
             Self::Native => "native",
@@ -54,21 +60,46 @@ pub fn cpu_cap() -> CpuCap {
             return CpuCap::Native;
         };
         CpuCap::parse(&v).unwrap_or_else(|| {
-            log::warn!("SD_CLI_CPU={v:?} is not ggml, avx2, avx512, avx512bf16 or native; ignored");
+            log::warn!("SD_CLI_CPU={v:?} is not ggml, avx2, avxvnni, avx512, avx512bf16 or native; ignored");
             CpuCap::Native
         })
     })
 }
 
-/// Whether the blocked kernels may use x86 feature `feature` ("avx2", "fma", "avx512f",
-/// "avx512bw", "avx512vnni", "avx512bf16"): the CPU has it and the cap allows it.
+/// Whether the blocked kernels may use x86 feature `feature` ("avx2", "fma", "avxvnni",
+/// "avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx512bf16"): the CPU has it and the cap
+/// allows it.
 pub fn kernel_may_use(feature: &str) -> bool {
     let need = match feature {
         "avx512bf16" => CpuCap::Avx512Bf16,
+        "avxvnni" => CpuCap::AvxVnni,
         f if f.starts_with("avx512") => CpuCap::Avx512,
         _ => CpuCap::Avx2,
     };
     cpu_cap() >= need && detected(feature)
+}
+
+/// An encoding of the 256-bit VNNI byte product (`vpdpbusd` on ymm registers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vnni256 {
+    /// AVX-VNNI's (Alder Lake and later, Zen 5).
+    Vex,
+    /// AVX-512 VNNI with VL's: the same operation, so an AVX-512 VNNI CPU capped to the
+    /// `avxvnni` class runs what an AVX-VNNI one would.
+    Evex,
+}
+
+/// Which 256-bit VNNI encoding the AVX2 kernels may use (none below the `avxvnni` cap).
+pub fn vnni256() -> Option<Vnni256> {
+    if cpu_cap() < CpuCap::AvxVnni {
+        None
+    } else if detected("avxvnni") {
+        Some(Vnni256::Vex)
+    } else if detected("avx512vl") && detected("avx512vnni") {
+        Some(Vnni256::Evex)
+    } else {
+        None
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -78,6 +109,8 @@ fn detected(feature: &str) -> bool {
         "fma" => std::arch::is_x86_feature_detected!("fma"),
         "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
         "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
+        "avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
+        "avxvnni" => std::arch::is_x86_feature_detected!("avxvnni"),
         "avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
         "avx512bf16" => std::arch::is_x86_feature_detected!("avx512bf16"),
         _ => false,
@@ -114,7 +147,8 @@ pub fn cpu_features() -> Vec<&'static str> {
             )*};
         }
         probe!(
-            "avx2" => "AVX2", "fma" => "FMA", "f16c" => "F16C", "avx512f" => "AVX-512F",
+            "avx2" => "AVX2", "fma" => "FMA", "f16c" => "F16C", "avxvnni" => "AVX-VNNI",
+            "avx512f" => "AVX-512F",
             "avx512bw" => "AVX-512BW", "avx512vnni" => "AVX-512 VNNI",
             "avx512bf16" => "AVX-512 BF16"
         );
@@ -138,7 +172,11 @@ pub fn cpu_line(threads: usize) -> String {
     let features = cpu_features();
     let kernels = if !kernel_may_use("avx512f") {
         if kernel_may_use("avx2") && kernel_may_use("fma") {
-            "blocked AVX2 products, bf16 and q8_0 weights widened to f32; ggml's kernels for the rest"
+            if vnni256().is_some() {
+                "blocked AVX2 products, q8_0 weights through 256-bit VNNI, bf16 weights widened to f32; ggml's kernels for the rest"
+            } else {
+                "blocked AVX2 products, bf16 and q8_0 weights widened to f32; ggml's kernels for the rest"
+            }
         } else {
             "ggml's kernels"
         }
@@ -178,6 +216,8 @@ mod tests {
         assert_eq!(CpuCap::parse("ggml"), Some(CpuCap::Ggml));
         assert!(CpuCap::Ggml < CpuCap::Avx2);
         assert!(CpuCap::Avx2 < CpuCap::Avx512 && CpuCap::Avx512 < CpuCap::Native);
+        assert_eq!(CpuCap::parse("AvxVnni"), Some(CpuCap::AvxVnni));
+        assert!(CpuCap::Avx2 < CpuCap::AvxVnni && CpuCap::AvxVnni < CpuCap::Avx512);
     }
 
     #[test]

@@ -126,7 +126,7 @@ pub(super) unsafe fn store_lanes(p: *mut f32, valid: usize, mask: __m256i, v: __
 
 /// Adds the strip into (or writes it to) the output, masked to `t.cols` (≤ 16).
 #[inline(always)]
-unsafe fn store<const R: usize>(acc: &[[__m256; 2]; R], t: &Tile) {
+pub(super) unsafe fn store<const R: usize>(acc: &[[__m256; 2]; R], t: &Tile) {
     for j in 0..2 {
         let valid = t.cols.saturating_sub(j * 8).min(8);
         if valid == 0 {

@@ -18,6 +18,27 @@ fn have_avx2() -> bool {
     ok
 }
 
+/// A `rows` × `cols` tile over `c` (rows `ldc` apart) in store mode `mode`: 0 writes, 1 adds
+/// to what `c` holds, 2 adds `bias`, 3 adds `addend` (laid out like `c`).
+pub(super) fn mode_tile(
+    c: &mut [f32],
+    (ldc, rows, cols): (usize, usize, usize),
+    mode: usize,
+    bias: &[f32],
+    addend: &[f32],
+) -> Tile {
+    let pick = |on: bool, p: &[f32]| if on { p.as_ptr() } else { std::ptr::null() };
+    Tile {
+        c: c.as_mut_ptr(),
+        ldc,
+        rows,
+        cols,
+        accumulate: mode == 1,
+        bias: pick(mode == 2, bias),
+        addend: pick(mode == 3, addend),
+    }
+}
+
 /// `rows` × `cols` tiles from a panel `width` wide over `kc` steps, in each of the store
 /// modes (write, accumulate, bias, addend), against f64.
 #[test]
@@ -40,23 +61,7 @@ fn avx2_tiles_match_f64() {
                 let start = pseudo_random(rows * ldc, 11);
                 for mode in 0..4 {
                     let mut c = start.clone();
-                    let tile = Tile {
-                        c: c.as_mut_ptr(),
-                        ldc,
-                        rows,
-                        cols,
-                        accumulate: mode == 1,
-                        bias: if mode == 2 {
-                            bias.as_ptr()
-                        } else {
-                            std::ptr::null()
-                        },
-                        addend: if mode == 3 {
-                            start.as_ptr()
-                        } else {
-                            std::ptr::null()
-                        },
-                    };
+                    let tile = mode_tile(&mut c, (ldc, rows, cols), mode, &bias, &start);
                     // SAFETY: AVX2 + FMA checked; `rows` rows of `kc` floats `ldx` apart, a
                     // panel of `kc * width`, an output of `rows` rows `ldc` apart.
                     unsafe { tile_f32_width(width, kc, x.as_ptr(), ldx, w.as_ptr(), &tile) };

@@ -238,7 +238,7 @@ impl Product<'_> {
         kc: usize,
         s: &mut Scratch,
     ) {
-        let Weights::Q8_0(bytes) = self.w else {
+        let (Weights::Q8_0(bytes), Some(kernel)) = (self.w, super::q8_kernel()) else {
             return;
         };
         let (b0, nb) = (k0 / q8::QK, kc / q8::QK);
@@ -273,19 +273,18 @@ impl Product<'_> {
                         },
                         addend: self.addend_at(k0, r0, c0),
                     };
-                    // SAFETY: the node is only built when the CPU has AVX-512 VNNI; the
+                    let (xq, xd) = (s.x.u32s_ro(i * nb * 8), s.xd.f32s_ro(i * nb));
+                    let wp = s.w.u32s_ro(p * panel_words);
+                    // SAFETY: `q8_kernel` names one whose instructions the CPU has; the
                     // quantized rows hold `nb` blocks each, the panel `panel_words`; the tile
                     // lies inside this thread's part of the output.
                     unsafe {
-                        q8::tile(
-                            nb,
-                            s.x.u32s_ro(i * nb * 8),
-                            nb * 8,
-                            s.xd.f32s_ro(i * nb),
-                            nb,
-                            s.w.u32s_ro(p * panel_words),
-                            &tile,
-                        )
+                        match kernel {
+                            super::Q8Kernel::Avx512 => q8::tile(nb, xq, nb * 8, xd, nb, wp, &tile),
+                            super::Q8Kernel::Vnni256(v) => {
+                                super::q8_avx2::tile(v, nb, xq, nb * 8, xd, nb, wp, &tile)
+                            }
+                        }
                     }
                 }
             }

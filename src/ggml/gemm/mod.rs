@@ -48,6 +48,8 @@ mod norm;
 mod pack;
 #[cfg(target_arch = "x86_64")]
 mod q8;
+#[cfg(target_arch = "x86_64")]
+mod q8_avx2;
 mod transpose;
 
 use std::os::raw::c_int;
@@ -110,15 +112,34 @@ impl WeightKind {
     }
 }
 
-/// Whether q8_0 weights multiply as integers against activations quantized to q8_0 (AVX-512
-/// VNNI, as ggml's own product does) rather than widened to f32 while packing (exact
-/// dequantized weights against f32 activations, at the f32 rate: on AVX2 without VNNI this
-/// beats ggml's integer path, whose byte products need two instructions and a widening per
-/// 32 products).
+/// Whether q8_0 weights multiply as integers against activations quantized to q8_0 (VNNI, as
+/// ggml's own product does) rather than widened to f32 while packing (exact dequantized
+/// weights against f32 activations, at the f32 rate: on AVX2 without VNNI this beats ggml's
+/// integer path, whose byte products need two instructions and a widening per 32 products).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn q8_native() -> bool {
+    q8_kernel().is_some()
+}
+
+/// The integer kernel q8_0 weights run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Q8Kernel {
+    /// 16-lane `vpdpbusd` (AVX-512 VNNI), `q8.rs`.
+    Avx512,
+    /// 8-lane `vpdpbusd` beside the AVX2 tiles (AVX-VNNI), `q8_avx2.rs`.
+    Vnni256(crate::cpu_info::Vnni256),
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn q8_kernel() -> Option<Q8Kernel> {
     use crate::cpu_info::kernel_may_use;
-    tiles() == Some(Tiles::Avx512) && kernel_may_use("avx512bw") && kernel_may_use("avx512vnni")
+    match tiles()? {
+        Tiles::Avx512 => {
+            (kernel_may_use("avx512bw") && kernel_may_use("avx512vnni")).then_some(Q8Kernel::Avx512)
+        }
+        Tiles::Avx2 => crate::cpu_info::vnni256().map(Q8Kernel::Vnni256),
+    }
 }
 
 /// Whether bf16 weights multiply as bf16 pairs (`vdpbf16ps`, activations rounded to bf16) rather
@@ -425,5 +446,7 @@ impl CpuKernels {
 mod avx2_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod fused_tests;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod q8_avx2_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
