@@ -24,13 +24,26 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sd-cli"))
 }
 
-/// A loopback port nothing listens on right now.
+/// A loopback port nothing listens on right now, never handed out twice in this process.
+///
+/// Ports come from below the kernel's ephemeral range (32768 and up by default): the tests
+/// run in parallel and bind port 0 for their fake servers and connect out, and an ephemeral
+/// port released here could be taken by one of those before a server process binds it (the
+/// run would then talk to a fake server).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id() % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < SPAN, "no free loopback port below 32000");
+        let port = (LOW + (start + n * 7) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// An `sd-cli --rpc-server` child process, killed when dropped.
@@ -45,19 +58,24 @@ impl Server {
         let child = bin()
             .args(["--rpc-server", "--port", &port.to_string(), "-t", "1"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
         let endpoint = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(&endpoint).is_err() {
+        let mut server = Server { child, endpoint };
+        while TcpStream::connect(&server.endpoint).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("RPC server on {} exited: {status}", server.endpoint);
+            }
             assert!(
                 Instant::now() < deadline,
-                "RPC server on {endpoint} did not start"
+                "RPC server on {} did not start",
+                server.endpoint
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Server { child, endpoint }
+        server
     }
 
     fn kill(&mut self) {
@@ -248,9 +266,10 @@ fn a_server_stopped_mid_run_is_a_clear_error_and_leaves_no_output() {
     let mut server = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("never.png");
-    // Enough steps that the run is still sampling when the server goes.
+    // Without a terminal the progress bar prints a line per 10% of the steps: the server is
+    // stopped after the first tenth, with nine tenths of the run still to go.
     let mut child = bin()
-        .args(qwen_args(&out, 100_000))
+        .args(qwen_args(&out, 20_000))
         .args(["--rpc-servers", &server.endpoint, "--backend", "RPC0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -272,8 +291,11 @@ fn a_server_stopped_mid_run_is_a_clear_error_and_leaves_no_output() {
         }
         String::from_utf8_lossy(&all).into_owned()
     });
-    rx.recv_timeout(Duration::from_secs(120))
-        .expect("the run never reached sampling");
+    if let Err(e) = rx.recv_timeout(Duration::from_secs(120)) {
+        let _ = child.kill();
+        let log = reader.join().unwrap();
+        panic!("the run never reached sampling ({e:?}): {log}");
+    }
     server.kill();
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
