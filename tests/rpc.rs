@@ -58,7 +58,7 @@ impl Server {
         let child = bin()
             .args(["--rpc-server", "--port", &port.to_string(), "-t", "1"])
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let endpoint = format!("127.0.0.1:{port}");
