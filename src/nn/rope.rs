@@ -48,7 +48,14 @@ pub fn apply_rope<'g>(
 ) -> Tensor<'g> {
     let [d, heads, n, batch] = x.ne();
     let half = d / 2;
-    let x = g.cont(x);
+    let x = if x.is_contiguous() { x } else { g.cont(x) };
+    // One pass on the CPU instead of the ops below (bit-identical).
+    if let Some(k) = g.cpu_kernels() {
+        let interleaved = layout == RopeLayout::Interleaved;
+        if let Some(y) = k.rope(g.ctx(), x, cos, sin, interleaved) {
+            return y;
+        }
+    }
     let es = 4; // f32 bytes
     let (x0, x1) = match layout {
         RopeLayout::Interleaved => {
@@ -93,5 +100,103 @@ pub fn apply_rope<'g>(
             let out = g.concat(out0, out1, 0); // [d, heads, n*B]
             g.reshape(out, [d, heads, n, batch])
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::ggml::Backend;
+    use crate::runner::{RunOptions, Runner, RunnerError};
+
+    /// Rotates a [d, heads, n, batch] tensor given as a [d, n, heads, batch] input permuted
+    /// (so the input is not contiguous) with the blocked kernels on or off.
+    fn rotate(
+        x: &[f32],
+        [d, heads, n, batch]: [usize; 4],
+        layout: RopeLayout,
+        blocked: bool,
+    ) -> Vec<f32> {
+        let (cos, sin) = rope_table(
+            &(0..n)
+                .map(|p| vec![p as f32, (p % 3) as f32])
+                .collect::<Vec<_>>(),
+            &[d - 4, 4],
+            100.0,
+        );
+        let options = RunOptions {
+            blocked_kernels: blocked,
+            ..RunOptions::default()
+        };
+        let backend = Rc::new(Backend::cpu(3).expect("cpu backend"));
+        let runner = Runner::new("rope", backend, None, options);
+        runner
+            .compute_one(|g| {
+                let x = g.input_f32("x", [d, n, heads, batch], x.to_vec());
+                let x = g.permute(x, [0, 2, 1, 3]);
+                let cos = g.input_f32("cos", [d / 2, 1, n, 1], cos);
+                let sin = g.input_f32("sin", [d / 2, 1, n, 1], sin);
+                Ok::<_, RunnerError>(apply_rope(g, x, cos, sin, layout))
+            })
+            .expect("rope")
+            .data
+    }
+
+    #[test]
+    fn the_one_pass_rotation_equals_the_ops_bit_for_bit() {
+        let backend = Backend::cpu(1).expect("cpu backend");
+        if backend.cpu_kernels().is_none() {
+            eprintln!("no blocked kernels on this CPU; skipped");
+            return;
+        }
+        let shape = [12, 3, 7, 2];
+        let x: Vec<f32> = (0..shape.iter().product::<usize>())
+            .map(|i| ((i * 7919 % 1000) as f32 / 250.0 - 2.0) * 1.37)
+            .collect();
+        for layout in [RopeLayout::Interleaved, RopeLayout::Halves] {
+            let fused = rotate(&x, shape, layout, true);
+            let ops = rotate(&x, shape, layout, false);
+            assert_eq!(fused.len(), x.len());
+            let same = fused
+                .iter()
+                .zip(&ops)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{layout:?}: {fused:?} vs {ops:?}");
+            // And the rotation itself (the input is [d, n, heads, batch]).
+            let [d, heads, n, batch] = shape;
+            let (cos, sin) = rope_table(
+                &(0..n)
+                    .map(|p| vec![p as f32, (p % 3) as f32])
+                    .collect::<Vec<_>>(),
+                &[d - 4, 4],
+                100.0,
+            );
+            for (b, p, h, i) in indices4(batch, n, heads, d / 2) {
+                let at = |j: usize| x[((b * heads + h) * n + p) * d + j] as f64;
+                let (j0, j1) = match layout {
+                    RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+                    RopeLayout::Halves => (i, i + d / 2),
+                };
+                let (c, s) = (cos[p * d / 2 + i] as f64, sin[p * d / 2 + i] as f64);
+                let out = |j: usize| fused[((b * n + p) * heads + h) * d + j] as f64;
+                let want0 = at(j0) * c - at(j1) * s;
+                let want1 = at(j0) * s + at(j1) * c;
+                assert!((out(j0) - want0).abs() < 1e-5, "{layout:?} {b} {p} {h} {i}");
+                assert!((out(j1) - want1).abs() < 1e-5, "{layout:?} {b} {p} {h} {i}");
+            }
+        }
+    }
+
+    fn indices4(
+        a: usize,
+        b: usize,
+        c: usize,
+        d: usize,
+    ) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+        (0..a).flat_map(move |i| {
+            (0..b).flat_map(move |j| (0..c).flat_map(move |k| (0..d).map(move |l| (i, j, k, l))))
+        })
     }
 }

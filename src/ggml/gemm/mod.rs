@@ -50,6 +50,7 @@ mod pack;
 mod q8;
 #[cfg(target_arch = "x86_64")]
 mod q8_avx2;
+mod rope;
 mod transpose;
 
 use std::os::raw::c_int;
@@ -166,6 +167,8 @@ pub enum BlockedOp {
     Norm,
     /// [`CpuKernels::conv`] (sources: channel-last pixels, kernel matrix, bias).
     Conv,
+    /// [`CpuKernels::rope`] (sources: x, cos, sin).
+    Rope,
 }
 
 impl BlockedOp {
@@ -189,6 +192,9 @@ impl BlockedOp {
         }
         if transpose::is_node(fun) {
             return Some(Self::Transpose);
+        }
+        if rope::is_node(fun) {
+            return Some(Self::Rope);
         }
         #[cfg(target_arch = "x86_64")]
         {
