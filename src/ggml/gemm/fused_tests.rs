@@ -157,7 +157,7 @@ fn blocked_attention_matches_f64() {
         return;
     }
     // [dim, n_q, n_kv, batch, heads]: PixArt's head size 72 (two V panels, one 16 wide),
-    // query counts off the 6-row and 48-row blocks, keys off the 16- and 64-lanes.
+    // query counts off the 6-row and 192-row blocks, keys off the 16- and 64-lanes.
     for (dims, masked) in [
         ([144, 50, 77, 2, 2], false),
         ([144, 50, 77, 2, 2], true),
@@ -167,9 +167,11 @@ fn blocked_attention_matches_f64() {
         ([80, 20, 70, 2, 2], true),
         ([48, 9, 33, 1, 2], false),
         ([200, 11, 40, 1, 2], false),
-        // Keys past one 512-key chunk: the online softmax's rescaling.
+        // Keys past one 256-key chunk: the online softmax's rescaling.
         ([64, 20, 1100, 1, 2], true),
         ([128, 13, 1030, 1, 1], false),
+        // More than one block of queries.
+        ([64, 200, 300, 1, 2], true),
     ] {
         for threads in [1, 3] {
             let (got, want) =
@@ -199,6 +201,7 @@ fn bf16_attention_matches_its_rounding() {
         ([48, 9, 33, 1, 2], false),
         ([64, 20, 1100, 1, 2], true),
         ([256, 13, 1031, 1, 2], false),
+        ([64, 200, 300, 1, 2], true),
     ] {
         for threads in [1, 3] {
             let bf16 = super::AttentionPrecision::Bf16;
