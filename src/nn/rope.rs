@@ -111,6 +111,12 @@ mod tests {
     use crate::ggml::Backend;
     use crate::runner::{RunOptions, Runner, RunnerError};
 
+    /// Two position axes (d − 4 and 4 of the head) over n tokens.
+    fn tables(d: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+        let positions: Vec<Vec<f32>> = (0..n).map(|p| vec![p as f32, (p % 3) as f32]).collect();
+        rope_table(&positions, &[d - 4, 4], 100.0)
+    }
+
     /// Rotates a [d, heads, n, batch] tensor given as a [d, n, heads, batch] input permuted
     /// (so the input is not contiguous) with the blocked kernels on or off.
     fn rotate(
@@ -119,13 +125,7 @@ mod tests {
         layout: RopeLayout,
         blocked: bool,
     ) -> Vec<f32> {
-        let (cos, sin) = rope_table(
-            &(0..n)
-                .map(|p| vec![p as f32, (p % 3) as f32])
-                .collect::<Vec<_>>(),
-            &[d - 4, 4],
-            100.0,
-        );
+        let (cos, sin) = tables(d, n);
         let options = RunOptions {
             blocked_kernels: blocked,
             ..RunOptions::default()
@@ -166,13 +166,7 @@ mod tests {
             assert!(same, "{layout:?}: {fused:?} vs {ops:?}");
             // And the rotation itself (the input is [d, n, heads, batch]).
             let [d, heads, n, batch] = shape;
-            let (cos, sin) = rope_table(
-                &(0..n)
-                    .map(|p| vec![p as f32, (p % 3) as f32])
-                    .collect::<Vec<_>>(),
-                &[d - 4, 4],
-                100.0,
-            );
+            let (cos, sin) = tables(d, n);
             for (b, p, h, i) in indices4(batch, n, heads, d / 2) {
                 let at = |j: usize| x[((b * heads + h) * n + p) * d + j] as f64;
                 let (j0, j1) = match layout {
