@@ -9,7 +9,7 @@ use super::upscale::Upscaler;
 use super::{HiresMethod, HiresSettings, RunConfig};
 use crate::error::{Error, Result};
 use crate::image_io::audio::{read_wav, Audio};
-use crate::image_io::{base_name, read_frames_dir, read_image, HiresUse, Image};
+use crate::image_io::{base_name, cpp_float, read_frames_dir, read_image, HiresUse, Image};
 use crate::pipeline::components::{
     ComponentFiles, ComponentId, ComponentStore, MetaSlot, ModelFlag, Needs,
 };
@@ -425,6 +425,7 @@ fn run_batch(
         strength: init.is_some().then_some(cfg.strength),
         loras: inputs.loras.clone(),
         hires: hires.as_ref().map(HiresBatch::metadata),
+        settings: run_settings(cfg, generator.settings(), inputs.high_noise_boundary),
     };
     let high_noise_plan = {
         let mut p = plan.clone();
@@ -503,4 +504,29 @@ fn text_encoder_names(cfg: &RunConfig, family: &dyn Family) -> Vec<String> {
         })
         .map(base_name)
         .collect()
+}
+
+/// The metadata's model-specific settings: the model's own, then the MoE expert's.
+fn run_settings(
+    cfg: &RunConfig,
+    model: Vec<(&'static str, String)>,
+    high_noise_boundary: Option<f32>,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = model.into_iter().map(|(k, v)| (k.into(), v)).collect();
+    let Some(boundary) = high_noise_boundary else {
+        return out;
+    };
+    let h = &cfg.high_noise;
+    if let Some(p) = &cfg.models.high_noise_diffusion_model {
+        out.push(("High noise model".into(), base_name(p)));
+    }
+    out.push(match h.steps {
+        Some(n) => ("High noise steps".into(), n.to_string()),
+        None => ("MoE boundary".into(), cpp_float(boundary)),
+    });
+    out.push(("High noise CFG scale".into(), cpp_float(h.cfg_scale)));
+    if let Some(s) = h.sampler {
+        out.push(("High noise sampler".into(), s.to_string()));
+    }
+    out
 }

@@ -9,6 +9,7 @@ use crate::image_io::audio::Audio;
 use crate::image_io::video::{self, video_output_path, VideoFormat};
 use crate::image_io::{
     base_name, write_generation_image, Channels, GenerationParams, HiresUse, Image, LoraUse,
+    VideoUse,
 };
 use crate::sampling::{Guidance, SamplingPlan};
 use crate::tensor::HostTensor;
@@ -27,6 +28,8 @@ pub(super) struct BatchInfo<'a> {
     pub loras: Vec<(String, f32, String)>,
     /// The hires fix, when it runs.
     pub hires: Option<HiresUse>,
+    /// Settings only this model or run reads (VACE strength, the MoE expert's).
+    pub settings: Vec<(String, String)>,
 }
 
 fn file_name(p: &Option<std::path::PathBuf>) -> Option<String> {
@@ -121,7 +124,14 @@ pub(super) fn write_video(
         video_output_path(&cfg.output_path_for(index))
     };
     create_parent(cfg, &path)?;
-    let text = params(cfg, batch, index, seed).map(|p| p.to_a1111());
+    let text = params(cfg, batch, index, seed).map(|mut p| {
+        p.mode = "vid_gen".into();
+        p.video = Some(VideoUse {
+            frames: n as u32,
+            fps,
+        });
+        p.to_a1111()
+    });
     let first = cfg.output.begin_idx;
     let written =
         video::write_video_with_audio(&path, &images, fps, text.as_deref(), first, audio)?;
@@ -180,6 +190,7 @@ fn params(
         p.strength = batch.strength;
         p.clip_skip = cfg.clip_skip;
         p.hires = batch.hires.clone();
+        p.model_settings = batch.settings.clone();
         p.loras = batch
             .loras
             .iter()

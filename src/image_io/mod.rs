@@ -36,7 +36,8 @@ pub use metadata::{
     read_text_metadata, TextChunk, TextKind,
 };
 pub use params::{
-    base_name, GenerationParams, HiresUse, LoraUse, JSON_KEYWORD, PARAMETERS_KEYWORD,
+    base_name, cpp_float, GenerationParams, HiresUse, LoraUse, VideoUse, JSON_KEYWORD,
+    PARAMETERS_KEYWORD,
 };
 pub use pil_resize::{resize_pil, resize_pil_luma, PilFilter};
 pub use read::{read_png, read_png_from_bytes, MAX_FILE_BYTES, MAX_PIXELS, MAX_SIDE};

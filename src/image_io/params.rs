@@ -62,6 +62,12 @@ pub struct GenerationParams {
     /// The hires fix, when it ran.
     #[serde(default)]
     pub hires: Option<HiresUse>,
+    /// Video runs: the frame count and rate written.
+    #[serde(default)]
+    pub video: Option<VideoUse>,
+    /// Settings only some models read (`VACE strength`, the MoE expert's), as printed.
+    #[serde(default)]
+    pub model_settings: Vec<(String, String)>,
     /// Free-form extras (tiling, prefix cache type, ...).
     #[serde(default)]
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -83,6 +89,13 @@ pub struct HiresUse {
     pub sigmas: Vec<f32>,
 }
 
+/// The frames of a video run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct VideoUse {
+    pub frames: u32,
+    pub fps: u32,
+}
+
 /// One LoRA of a run: its prompt name, summed weight and A1111 short hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct LoraUse {
@@ -92,7 +105,7 @@ pub struct LoraUse {
 }
 
 /// C++ `std::to_string(float)`: fixed six decimals; inf/nan as glibc prints them.
-fn cpp_float(v: f32) -> String {
+pub fn cpp_float(v: f32) -> String {
     if v.is_nan() {
         "nan".into()
     } else if v.is_infinite() {
@@ -162,6 +175,10 @@ impl GenerationParams {
         }
         kv.push(format!("Seed: {}", self.seed));
         kv.push(format!("Size: {}x{}", self.width, self.height));
+        if let Some(v) = &self.video {
+            kv.push(format!("Frames: {}", v.frames));
+            kv.push(format!("FPS: {}", v.fps));
+        }
         // Upstream prints the -m name (possibly empty); without -m the diffusion model is
         // the most useful thing to show here.
         let model = self
@@ -220,6 +237,9 @@ impl GenerationParams {
                 .map(|l| format!("{}: {}", l.name, l.hash))
                 .collect();
             kv.push(format!("Lora hashes: \"{}\"", hashes.join(", ")));
+        }
+        for (key, value) in &self.model_settings {
+            kv.push(format!("{key}: {value}"));
         }
         kv.push(format!("Version: {}", self.generator));
         s.push_str(&kv.join(", "));

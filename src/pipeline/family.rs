@@ -317,6 +317,11 @@ pub trait Generator {
     fn fps(&self, requested: u32) -> u32 {
         requested
     }
+    /// Settings of the prepared batch that only this model reads, as (key, value) for the
+    /// output's metadata (Wan VACE: its strength).
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
     /// The soundtrack of the video [`Generator::generate`] returned last, if the model made
     /// one (taken: a second call gives `None`).
     fn take_audio(&mut self) -> Option<crate::image_io::audio::Audio> {

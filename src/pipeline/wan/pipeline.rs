@@ -8,6 +8,7 @@ use super::vace::{vace_condition, VaceCondition};
 use super::vae::load_vae;
 use super::{DIFFUSION, FLOW_SHIFT, T5, TEXT_LEN, VAE};
 use crate::error::{Error, Result};
+use crate::image_io::cpp_float;
 use crate::models::dit::wan::{VaceContext, Wan, WanConfig, WanHints, WanInputs};
 use crate::models::te::clip::{clip_skip_layers, ClipActivation};
 use crate::models::te::clip_vision::{
@@ -552,6 +553,12 @@ impl GuidedModel for WanModel<'_> {
 }
 
 impl Generator for WanPipeline {
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        let vace = self.batch.as_ref().and_then(|b| b.extra.vace.as_ref());
+        vace.map(|(_, strength)| vec![("VACE strength", cpp_float(*strength))])
+            .unwrap_or_default()
+    }
+
     fn size_rule(&self) -> SizeRule {
         SizeRule {
             multiple: self.size_multiple() as u32,
