@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use sd_cli::image_io::{read_png, read_png_text_pairs, PARAMETERS_KEYWORD};
+use sd_cli::image_io::read_png;
 
 const FIX: &str = "wan_i2v";
 const PROMPT: &str = "A lovely cat walking on the grass.";
@@ -194,12 +194,7 @@ fn two_experts_match_diffusers() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // The expert's settings are in the metadata (no boundary: --high-noise-steps decides).
-    let text = read_png_text_pairs(&tmp.path().join("frame_0.png"))
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == PARAMETERS_KEYWORD)
-        .map(|(_, v)| v)
-        .unwrap();
+    let text = png_parameters(&tmp.path().join("frame_0.png"));
     let want = "High noise model: moe_high, High noise steps: 4, High noise CFG scale: 3.000000";
     assert!(text.contains(want), "{text:?}");
     assert!(

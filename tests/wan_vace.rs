@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use sd_cli::image_io::{read_png, read_png_text_pairs, PARAMETERS_KEYWORD};
+use sd_cli::image_io::read_png;
 use sd_cli::models::dit::wan::{VaceContext, Wan, WanConfig, WanHints, WanInputs, WanLayout};
 use sd_cli::runner::{MemoryOptions, RunOptions, Runner, RunnerError, StoreSource, WeightLoader};
 use sd_cli::tensor::HostTensor;
@@ -254,16 +254,6 @@ fn video_psnr(dir: &Path, name: &str) -> f64 {
     psnr(&got, &want)
 }
 
-/// The A1111 parameters text of a written frame.
-fn parameters(png: &Path) -> String {
-    read_png_text_pairs(png)
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == PARAMETERS_KEYWORD)
-        .map(|(_, v)| v)
-        .unwrap_or_else(|| panic!("{}: no parameters text", png.display()))
-}
-
 #[test]
 fn control_video_and_reference_match_the_vace_pipeline() {
     let tmp = tempfile::tempdir().unwrap();
@@ -286,7 +276,7 @@ fn control_video_and_reference_match_the_vace_pipeline() {
         err.contains("VACE control (6 frames, 1 reference)"),
         "{err}"
     );
-    let text = parameters(&tmp.path().join("frame_04.png"));
+    let text = png_parameters(&tmp.path().join("frame_04.png"));
     for want in ["Frames: 9, FPS: 16", "VACE strength: 0.800000, Version"] {
         assert!(text.contains(want), "{want:?} not in {text:?}");
     }
@@ -300,7 +290,7 @@ fn vace_text_to_video_matches_the_vace_pipeline() {
     let tmp = tempfile::tempdir().unwrap();
     let o = sd_cli(&tmp.path().join("frame_%02d.png"), &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let text = parameters(&tmp.path().join("frame_00.png"));
+    let text = png_parameters(&tmp.path().join("frame_00.png"));
     assert!(text.contains("VACE strength: 1.000000"), "{text:?}");
     let p = video_psnr(tmp.path(), "video_t2v");
     eprintln!("Wan VACE text-to-video, 9 frames vs diffusers: PSNR {p:.1} dB");

@@ -22,6 +22,16 @@ use sd_cli::tensor::HostTensor;
 use sd_cli::tensor::Ne;
 use sd_cli::weights::TensorStore;
 
+/// The A1111 parameters text of a PNG that sd-cli wrote (a frame of a video sequence, an image).
+pub fn png_parameters(png: &std::path::Path) -> String {
+    sd_cli::image_io::read_png_text_pairs(png)
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == sd_cli::image_io::PARAMETERS_KEYWORD)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("{}: no parameters text", png.display()))
+}
+
 pub fn fixture_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
