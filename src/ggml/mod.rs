@@ -26,7 +26,10 @@ pub use backend::{
 };
 pub use context::{Context, Tensor};
 pub use error::GgmlError;
-pub use gemm::{blocked_gemm_available, AttentionPrecision, BlockedOp, ConvGeometry, CpuKernels};
+pub use gemm::{
+    amx_bf16_granted, blocked_gemm_available, AttentionPrecision, BlockedOp, ConvGeometry,
+    CpuKernels,
+};
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;
 pub use logging::{exit_on_abort, set_verbose};

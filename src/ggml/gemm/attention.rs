@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
+use super::amx;
 use super::avx2_rows;
 use super::claims::Claims;
 use super::dispatch::{self, Tiles};
@@ -134,6 +135,8 @@ struct Heads<'a> {
     tiles: Tiles,
     /// Products on bf16 pairs (`PARAM_BF16`; only set where the CPU has AVX-512 BF16).
     bf16: bool,
+    /// Those products on AMX tiles, 32 query rows at a time (where the CPU has AMX-BF16).
+    amx: bool,
 }
 
 /// # Safety
@@ -153,6 +156,7 @@ pub(super) unsafe extern "C" fn compute(
     // SAFETY: the contract above; the slices cover exactly the checked shapes.
     let job = unsafe {
         let d = &*dst;
+        let bf16 = d.op_params[PARAM_BF16] != 0 && super::bf16_native();
         let (q, k, v, m) = (&*d.src[0], &*d.src[1], &*d.src[2], d.src[3]);
         let [dim, n_q, batch] = [q.ne[0], q.ne[1], q.ne[2]].map(|x| x as usize);
         let n_kv = k.ne[1] as usize;
@@ -172,7 +176,8 @@ pub(super) unsafe extern "C" fn compute(
             scale: f32::from_bits(d.op_params[PARAM_SCALE] as u32),
             v_panels: v_panels(dim / heads.max(1)),
             tiles,
-            bf16: d.op_params[PARAM_BF16] != 0 && super::bf16_native(),
+            bf16,
+            amx: bf16 && super::amx_bf16(),
         }
     };
     job.run(&claims);
@@ -232,7 +237,8 @@ impl Heads<'_> {
         } else {
             self.n_kv
         };
-        let total = self.v_panels.iter().map(|p| p.width).sum::<usize>() * depth;
+        // (AMX reads a 16-wide tile past a narrow panel's columns: 16 words of slack.)
+        let total = self.v_panels.iter().map(|p| p.width).sum::<usize>() * depth + 16;
         for p in &self.v_panels {
             let (at, len) = (p.offset(depth), p.width * depth);
             let cols = (h * self.hd + p.c0, p.cols, p.width);
@@ -257,10 +263,13 @@ impl Heads<'_> {
     fn query_block(&self, b: usize, h: usize, rows: std::ops::Range<usize>, s: &mut Scratch) {
         let ld = SCORE_CHUNK;
         let scores = s.s.f32s(rows.len() * ld).as_mut_ptr();
+        // AMX tiles take 32 query rows (and read whole 32-row tiles of the packed pairs).
+        let strip = if self.amx { amx::AMX_ROWS } else { MR };
+        let room = rows.len().next_multiple_of(strip);
         let strips = || {
-            rows.clone().step_by(MR).map(|r0| {
+            rows.clone().step_by(strip).map(move |r0| {
                 let s_row = scores.wrapping_add((r0 - rows.start) * ld);
-                (r0, MR.min(rows.end - r0), s_row)
+                (r0, strip.min(rows.end - r0), s_row)
             })
         };
         let out_row = |r: usize| {
@@ -275,13 +284,7 @@ impl Heads<'_> {
                 data: &self.q[b * self.n_q * self.dim..(b + 1) * self.n_q * self.dim],
                 k: self.dim,
             };
-            pack::rows_bf16(
-                &q,
-                rows.clone(),
-                h * self.hd,
-                self.hd,
-                s.q.u32s(rows.len() * hd2),
-            );
+            pack::rows_bf16(&q, rows.clone(), h * self.hd, self.hd, s.q.u32s(room * hd2));
         }
         for k0 in (0..self.n_kv).step_by(SCORE_CHUNK) {
             let kc = SCORE_CHUNK.min(self.n_kv - k0);
@@ -331,7 +334,7 @@ impl Heads<'_> {
                     // SAFETY: the block's score rows, `ld` floats each, were filled above.
                     let p = unsafe { std::slice::from_raw_parts(scores, rows.len() * ld) };
                     let p = Rows { data: p, k: ld };
-                    let out = s.p.u32s(rows.len() * cc.div_ceil(2));
+                    let out = s.p.u32s(room * cc.div_ceil(2));
                     pack::rows_bf16(&p, 0..rows.len(), c0 - k0, cc, out);
                 }
                 for (r0, n_rows, s_row) in strips() {
@@ -383,11 +386,16 @@ impl Heads<'_> {
     ) {
         if self.bf16 {
             let hd2 = self.hd.div_ceil(2);
-            // SAFETY: `bf16` is only set where the CPU has AVX-512 BF16; the block's query
-            // pairs hold `hd2` words per row, the K panel `hd2 * NR`.
+            // SAFETY: `bf16` is only set where the CPU has AVX-512 BF16 (`amx` where AMX-BF16
+            // is granted too); the block's query pairs hold `hd2` words per row, with room for
+            // whole 32-row tiles; the K panel `hd2 * NR`.
             unsafe {
                 let (q, panel) = (s.q.u32s_ro(i * hd2), s.k.u32s_ro(p * hd2 * NR));
-                kernels::tile_bf16(hd2, q, hd2, panel, tile)
+                if self.amx {
+                    amx::tile_bf16(NR, hd2, q, hd2, panel, tile)
+                } else {
+                    kernels::tile_bf16(hd2, q, hd2, panel, tile)
+                }
             }
         } else {
             let q_row = (b * self.n_q + r0) * self.dim + h * self.hd;
@@ -418,13 +426,18 @@ impl Heads<'_> {
     ) {
         if self.bf16 {
             let (cc2, n_kv2) = (cc.div_ceil(2), self.n_kv.div_ceil(2));
-            // SAFETY: AVX-512 BF16 as in `score_tile`; the chunk's pairs hold `cc2` words
-            // per row; V's pair panel `n_kv2 * width` words (this chunk's from c0 / 2, c0
-            // even: a multiple of KEY_CHUNK).
+            // SAFETY: AVX-512 BF16 and AMX as in `score_tile`; the chunk's pairs hold `cc2`
+            // words per row (room for whole 32-row tiles); V's pair panel `n_kv2 * width`
+            // words (this chunk's from c0 / 2, c0 even: a multiple of KEY_CHUNK), and the
+            // packed V 16 words of slack past its last panel.
             unsafe {
                 let panel = s.v.u32s_ro(p.offset(n_kv2) + c0 / 2 * p.width);
                 let pairs = s.p.u32s_ro(i * cc2);
-                kernels::tile_bf16_width(p.width, cc2, pairs, cc2, panel, tile)
+                if self.amx {
+                    amx::tile_bf16(p.width, cc2, pairs, cc2, panel, tile)
+                } else {
+                    kernels::tile_bf16_width(p.width, cc2, pairs, cc2, panel, tile)
+                }
             }
         } else {
             let panel = s.v.f32s_ro(p.offset(self.n_kv) + c0 * p.width);

@@ -132,7 +132,10 @@ impl Product<'_> {
         let Some(tiles) = super::tiles() else {
             return;
         };
-        let strips = rows.len().div_ceil(MR);
+        // bf16 pairs on AMX take 32 tokens per call, the vector tiles six.
+        let amx = self.w.pairs() && super::amx_bf16();
+        let strip = if amx { super::amx::AMX_ROWS } else { MR };
+        let strips = rows.len().div_ceil(strip);
         let last = k0 + kc == self.k;
         let x = Rows {
             data: self.x,
@@ -141,8 +144,10 @@ impl Product<'_> {
         // Elements per strip and per panel in the packed buffers.
         let depth = if self.w.pairs() { kc.div_ceil(2) } else { kc };
         // bf16 products read the activations as rounded k-pairs; f32 ones read them in place.
+        // (AMX reads whole 32-row tiles: the rows past the last token are read and ignored.)
         if self.w.pairs() && s.fresh_rows(rows, k0) {
-            pack::rows_bf16(&x, rows.clone(), k0, kc, s.x.u32s(rows.len() * depth));
+            let room = rows.len().next_multiple_of(strip) * depth;
+            pack::rows_bf16(&x, rows.clone(), k0, kc, s.x.u32s(room));
         }
         for f in feats.clone().step_by(FC) {
             let chunk = f..(f + FC).min(feats.end);
@@ -175,14 +180,14 @@ impl Product<'_> {
                     Weights::Q8_0(_) => return,
                 }
             }
-            for strip in 0..strips {
-                let r0 = rows.start + strip * MR;
+            for i in 0..strips {
+                let r0 = rows.start + i * strip;
                 for p in 0..panels {
                     let c0 = chunk.start + p * NR;
                     let tile = super::kernels::Tile {
                         c: self.y.wrapping_add(r0 * self.m + c0),
                         ldc: self.m,
-                        rows: MR.min(rows.end - r0),
+                        rows: strip.min(rows.end - r0),
                         cols: NR.min(chunk.end - c0),
                         accumulate: k0 > 0,
                         bias: match (last, self.bias) {
@@ -197,6 +202,14 @@ impl Product<'_> {
                     // elements each; the tile lies inside this thread's part of the output.
                     unsafe {
                         match self.w {
+                            Weights::Bf16(_) if amx => super::amx::tile_bf16(
+                                NR,
+                                depth,
+                                s.x.u32s_ro((r0 - rows.start) * depth),
+                                depth,
+                                s.w.u32s_ro(ws),
+                                &tile,
+                            ),
                             Weights::Bf16(_) => super::kernels::tile_bf16(
                                 depth,
                                 s.x.u32s_ro((r0 - rows.start) * depth),

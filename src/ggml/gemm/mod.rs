@@ -24,6 +24,8 @@
 
 // The kernels are x86-64 (AVX-512, AVX2); elsewhere the entry points below answer `None`.
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod approx;
 #[cfg(target_arch = "x86_64")]
 mod attention;
@@ -105,8 +107,8 @@ impl WeightKind {
     }
 
     /// Whether this CPU (under `SD_CLI_CPU`'s cap) has the instructions a kernel for this
-    /// weight type needs. Every type runs wherever f32 does: bf16 through `vdpbf16ps` where
-    /// the CPU has AVX-512 BF16 ([`bf16_native`]), q8_0 through VNNI integer products where
+    /// weight type needs. Every type runs wherever f32 does: bf16 through `vdpbf16ps` or AMX
+    /// tiles where the CPU has AVX-512 BF16 (on Intel: AMX) ([`bf16_native`]), q8_0 through VNNI integer products where
     /// it has AVX-512 VNNI ([`q8_native`]), and otherwise widened to f32 while packing.
     fn supported(self) -> bool {
         tiles().is_some()
@@ -143,11 +145,32 @@ fn q8_kernel() -> Option<Q8Kernel> {
     }
 }
 
-/// Whether bf16 weights multiply as bf16 pairs (`vdpbf16ps`, activations rounded to bf16) rather
-/// than widened to f32 (exact, at the f32 rate).
+/// Whether bf16 weights multiply as bf16 pairs (`vdpbf16ps` or AMX tiles, activations rounded
+/// to bf16) rather than widened to f32 (exact, at the f32 rate): `cpu_info::bf16_pairs`.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn bf16_native() -> bool {
-    crate::cpu_info::kernel_may_use("avx512f") && crate::cpu_info::kernel_may_use("avx512bf16")
+    crate::cpu_info::bf16_pairs()
+}
+
+/// Whether bf16 pair products run on AMX tiles (`amx.rs`; Sapphire Rapids and later, not
+/// under a `SD_CLI_CPU` cap): the same roundings as `vdpbf16ps`, 256 times the work per
+/// instruction.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn amx_bf16() -> bool {
+    bf16_native() && crate::cpu_info::kernel_may_use("amxbf16")
+}
+
+/// Whether this process may run AMX-BF16 tiles: the CPU has them and the OS granted their
+/// state (asked once).
+pub fn amx_bf16_granted() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::amx_bf16_granted()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// The blocked custom ops, as a graph node can be one of them.
