@@ -12,8 +12,12 @@ const GELU_CUBIC: f32 = 0.044_715;
 /// `gelu(approximate="tanh")`. ggml's fused `gelu` reads an f16 table on the CPU (about 1e-3
 /// off), and its `tanh` is a scalar libm call per element (14% of a PixArt step), so this uses
 /// `0.5·(1 + tanh(u)) = sigmoid(2u)`: with `q = 2√(2/π)·(1 + 0.044715·x²)` and `z = x·q`,
-/// `gelu = x·sigmoid(z) = silu(z) / q` — no division by x, and ggml's silu is vectorised.
+/// `gelu = x·sigmoid(z) = silu(z) / q` — no division by x, and ggml's silu is vectorised. On
+/// the CPU the blocked kernels do the same in one pass.
 pub fn gelu_tanh<'g>(g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+    if let Some(y) = g.cpu_kernels().and_then(|k| k.gelu_tanh(g.ctx(), x)) {
+        return y;
+    }
     let k = 2.0 * SQRT_2_OVER_PI;
     let q = g.scale_bias(g.sqr(x), GELU_CUBIC * k, k);
     g.div(g.silu(g.mul(x, q)), q)

@@ -36,6 +36,7 @@ fn key(node: Tensor<'_>) -> String {
         (Some(BlockedOp::Im2col), ..) => "BLOCKED_IM2COL".into(),
         (Some(BlockedOp::Transpose), ..) => "BLOCKED_TRANSPOSE".into(),
         (Some(BlockedOp::Geglu), ..) => "BLOCKED_GEGLU".into(),
+        (Some(BlockedOp::Gelu), ..) => "BLOCKED_GELU".into(),
         (Some(BlockedOp::Rope), ..) => "BLOCKED_ROPE".into(),
         (Some(BlockedOp::Norm), ..) => "BLOCKED_NORM".into(),
         (Some(BlockedOp::Conv), _, _, Some(w)) => format!("BLOCKED_CONV {} {:?}", w.ty(), w.ne()),

@@ -1,5 +1,5 @@
-//! AVX2 + FMA row kernels: attention's softmax and the fused GroupNorm / LayerNorm / GEGLU
-//! bodies, the same arithmetic as their AVX-512 versions (`kernels.rs`, `norm.rs`,
+//! AVX2 + FMA row kernels: attention's softmax and the fused GroupNorm / LayerNorm / GEGLU /
+//! GELU bodies, the same arithmetic as their AVX-512 versions (`kernels.rs`, `norm.rs`,
 //! `geglu.rs`) on 8 lanes.
 
 use std::arch::x86_64::*;
@@ -121,6 +121,35 @@ pub(super) unsafe fn geglu_row(row: *const f32, out: *mut f32, half: usize) {
             let value = load_lanes(row.add(j), valid, m);
             let gate = load_lanes(row.add(half + j), valid, m);
             store_lanes(out.add(j), valid, m, _mm256_mul_ps(value, gelu_erf(gate)));
+        }
+    }
+}
+
+/// `out[j] = gelu_tanh(x[j])` for `n` elements, as `gelu.rs` computes it on 16 lanes.
+///
+/// # Safety
+/// AVX2 and FMA must be present; `x` holds `n` floats, `out` room for as many.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn gelu_tanh_row(x: *const f32, out: *mut f32, n: usize) {
+    use super::gelu::{GELU_CUBIC, GELU_K};
+    for j in (0..n).step_by(8) {
+        let valid = (n - j).min(8);
+        // SAFETY: masked accesses inside the n elements; the rest is register arithmetic.
+        unsafe {
+            let m = lanes(valid);
+            let v = load_lanes(x.add(j), valid, m);
+            let one = _mm256_set1_ps(1.0);
+            let q = _mm256_fmadd_ps(
+                _mm256_mul_ps(v, v),
+                _mm256_set1_ps(GELU_CUBIC * GELU_K),
+                _mm256_set1_ps(GELU_K),
+            );
+            let z = _mm256_mul_ps(v, q);
+            let e = exp_nonpositive(_mm256_sub_ps(_mm256_setzero_ps(), abs(z)));
+            let positive = _mm256_cmp_ps::<_CMP_GE_OQ>(z, _mm256_setzero_ps());
+            let num = _mm256_blendv_ps(e, one, positive);
+            let y = _mm256_mul_ps(v, _mm256_div_ps(num, _mm256_add_ps(one, e)));
+            store_lanes(out.add(j), valid, m, y);
         }
     }
 }

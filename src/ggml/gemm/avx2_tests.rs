@@ -3,7 +3,7 @@
 //! same operands, over partial strips, partial rows and every panel width.
 
 use super::avx2::tile_f32_width;
-use super::avx2_rows::{affine_row, exp_sub_sum, geglu_row, scale_mask_max};
+use super::avx2_rows::{affine_row, exp_sub_sum, geglu_row, gelu_tanh_row, scale_mask_max};
 use super::fused_tests::erf_series;
 use super::kernels::Tile;
 use super::norm::Affine;
@@ -184,6 +184,60 @@ fn avx2_geglu_matches_f64() {
             );
         }
     }
+}
+
+/// PyTorch's tanh GELU in f64.
+pub(super) fn gelu_tanh_f64(x: f64) -> f64 {
+    let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+    0.5 * x * (1.0 + u.tanh())
+}
+
+/// Inputs for the GELU checks: a spread over ±12, zeros, tails where the sigmoid saturates.
+pub(super) fn gelu_inputs(n: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = pseudo_random(n, 77).iter().map(|v| v * 12.0).collect();
+    x.extend([
+        0.0,
+        -0.0,
+        1e-20,
+        -1e-20,
+        30.0,
+        -30.0,
+        1e20,
+        -1e20,
+        f32::MAX,
+        -f32::MAX,
+    ]);
+    x
+}
+
+/// Checks GELU results against f64: relative to |x| (the sigmoid's rounding scaled by x).
+pub(super) fn check_gelu(x: &[f32], y: &[f32]) {
+    for (&v, &got) in x.iter().zip(y) {
+        let want = gelu_tanh_f64(v as f64);
+        let err = (got as f64 - want).abs();
+        assert!(
+            err <= 4e-7 * (v as f64).abs() || (want.is_infinite() && got as f64 == want),
+            "gelu_tanh({v}) = {got}, want {want}"
+        );
+    }
+}
+
+/// tanh-GELU rows against f64, every tail length, and NaN kept.
+#[test]
+fn avx2_gelu_tanh_matches_f64() {
+    if !have_avx2() {
+        return;
+    }
+    let x = gelu_inputs(61);
+    let mut y = vec![0f32; x.len()];
+    // SAFETY: AVX2 + FMA checked; both hold x.len() floats.
+    unsafe { gelu_tanh_row(x.as_ptr(), y.as_mut_ptr(), x.len()) };
+    check_gelu(&x, &y);
+    let nan = [f32::NAN; 3];
+    let mut y = [0f32; 3];
+    // SAFETY: as above, 3 floats.
+    unsafe { gelu_tanh_row(nan.as_ptr(), y.as_mut_ptr(), 3) };
+    assert!(y.iter().all(|v| v.is_nan()));
 }
 
 /// Norm rows: scalar and per-column affine, with and without SiLU, against f64.

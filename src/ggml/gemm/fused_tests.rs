@@ -530,3 +530,33 @@ fn fused_norms_match_ggml_ops() {
         assert!(err < 2e-6, "{what}: max error {err}");
     }
 }
+
+/// The one-pass tanh GELU (the tiles this CPU runs) against f64, through a graph.
+#[test]
+fn fused_gelu_tanh_matches_f64() {
+    if super::tiles().is_none() {
+        eprintln!("this CPU lacks the blocked kernels (or SD_CLI_CPU caps it); skipped");
+        return;
+    }
+    // More than one claimed chunk of 16384, and a ragged end (40003 elements).
+    let x = super::avx2_tests::gelu_inputs(39_993);
+    let backend = Backend::cpu(2).expect("cpu backend");
+    let arena = Arena::new(1).expect("arena");
+    let xi = arena
+        .add(DType::F32, [x.len(), 1, 1, 1], "x")
+        .expect("room");
+    arena.allocate(&backend, "test").expect("alloc");
+    arena.get(xi).write_f32(&x).expect("x");
+    let ctx = Context::new(8, 8).expect("ctx");
+    let graph = Graph::new(&ctx, 8);
+    let kernels = backend
+        .cpu_kernels()
+        .expect("a CPU with the blocked kernels");
+    let y = kernels.gelu_tanh(&ctx, arena.get(xi)).expect("f32");
+    assert_eq!(super::BlockedOp::of(y), Some(super::BlockedOp::Gelu));
+    graph.expand(y);
+    let mut galloc = Gallocr::new(&backend).expect("gallocr");
+    let _allocation = galloc.alloc(&graph).expect("alloc graph");
+    backend.compute(&graph).expect("compute");
+    super::avx2_tests::check_gelu(&x, &y.read_f32().expect("read"));
+}

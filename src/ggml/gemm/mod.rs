@@ -41,6 +41,8 @@ mod dispatch;
 mod driver;
 #[cfg(target_arch = "x86_64")]
 mod geglu;
+#[cfg(target_arch = "x86_64")]
+mod gelu;
 mod im2col;
 #[cfg(target_arch = "x86_64")]
 mod kernels;
@@ -186,6 +188,8 @@ pub enum BlockedOp {
     Transpose,
     /// [`CpuKernels::geglu`] (source: the projection).
     Geglu,
+    /// [`CpuKernels::gelu_tanh`] (source: x).
+    Gelu,
     /// [`CpuKernels::group_norm`] or [`CpuKernels::layer_norm`] (sources: x, weight, bias).
     Norm,
     /// [`CpuKernels::conv`] (sources: channel-last pixels, kernel matrix, bias).
@@ -229,6 +233,9 @@ impl BlockedOp {
             }
             if geglu::is_node(fun) {
                 return Some(Self::Geglu);
+            }
+            if gelu::is_node(fun) {
+                return Some(Self::Gelu);
             }
             if norm::is_node(fun) {
                 return Some(Self::Norm);
