@@ -226,11 +226,7 @@ unsafe fn tail_pairs(
 pub(super) unsafe fn write(out: *const f32, ld: usize, t: &Tile) {
     for j in 0..t.cols.div_ceil(16) {
         let valid = (t.cols - 16 * j).min(16);
-        let mask: __mmask16 = if valid == 16 {
-            0xffff
-        } else {
-            (1 << valid) - 1
-        };
+        let mask = super::kernels::lanes16(valid);
         // SAFETY: masked accesses touch only the `valid` columns of the caller's rows; the
         // results as the contract says.
         unsafe {

@@ -406,26 +406,8 @@ fn fused_geglu_matches_the_erf_gelu() {
         .iter()
         .map(|v| v * 8.0)
         .collect();
-    let backend = Backend::cpu(2).expect("cpu backend");
-    let arena = Arena::new(1).expect("arena");
-    let xi = arena
-        .add(DType::F32, [2 * half, rows, 1, 1], "x")
-        .expect("room");
-    arena.allocate(&backend, "test").expect("alloc");
-    arena.get(xi).write_f32(&x).expect("x");
-    let ctx = Context::new(8, 8).expect("ctx");
-    let graph = Graph::new(&ctx, 8);
-    let kernels = backend
-        .cpu_kernels()
-        .expect("a CPU with the blocked kernels");
-    let y = kernels.geglu(&ctx, arena.get(xi)).expect("f32 rows");
-    assert_eq!(y.ne(), [half, rows, 1, 1]);
-    assert_eq!(super::BlockedOp::of(y), Some(super::BlockedOp::Geglu));
-    graph.expand(y);
-    let mut galloc = Gallocr::new(&backend).expect("gallocr");
-    let _allocation = galloc.alloc(&graph).expect("alloc graph");
-    backend.compute(&graph).expect("compute");
-    let got = y.read_f32().expect("read");
+    let (got, ne) = run_row_op(super::BlockedOp::Geglu, &x, [2 * half, rows, 1, 1]);
+    assert_eq!(ne, [half, rows, 1, 1]);
     for r in 0..rows {
         for j in 0..half {
             let (v, g) = (
@@ -540,23 +522,32 @@ fn fused_gelu_tanh_matches_f64() {
     }
     // More than one claimed chunk of 16384, and a ragged end (40003 elements).
     let x = super::avx2_tests::gelu_inputs(39_993);
+    let (got, _) = run_row_op(super::BlockedOp::Gelu, &x, [x.len(), 1, 1, 1]);
+    super::avx2_tests::check_gelu(&x, &got);
+}
+
+/// Runs the row op `op` (GEGLU or GELU) of the blocked kernels on `x` of shape `ne` through a
+/// graph; returns its output and shape.
+fn run_row_op(op: super::BlockedOp, x: &[f32], ne: [usize; 4]) -> (Vec<f32>, [usize; 4]) {
     let backend = Backend::cpu(2).expect("cpu backend");
     let arena = Arena::new(1).expect("arena");
-    let xi = arena
-        .add(DType::F32, [x.len(), 1, 1, 1], "x")
-        .expect("room");
+    let xi = arena.add(DType::F32, ne, "x").expect("room");
     arena.allocate(&backend, "test").expect("alloc");
-    arena.get(xi).write_f32(&x).expect("x");
+    arena.get(xi).write_f32(x).expect("x");
     let ctx = Context::new(8, 8).expect("ctx");
     let graph = Graph::new(&ctx, 8);
     let kernels = backend
         .cpu_kernels()
         .expect("a CPU with the blocked kernels");
-    let y = kernels.gelu_tanh(&ctx, arena.get(xi)).expect("f32");
-    assert_eq!(super::BlockedOp::of(y), Some(super::BlockedOp::Gelu));
+    let y = match op {
+        super::BlockedOp::Geglu => kernels.geglu(&ctx, arena.get(xi)),
+        _ => kernels.gelu_tanh(&ctx, arena.get(xi)),
+    }
+    .expect("f32 rows");
+    assert_eq!(super::BlockedOp::of(y), Some(op));
     graph.expand(y);
     let mut galloc = Gallocr::new(&backend).expect("gallocr");
     let _allocation = galloc.alloc(&graph).expect("alloc graph");
     backend.compute(&graph).expect("compute");
-    super::avx2_tests::check_gelu(&x, &y.read_f32().expect("read"));
+    (y.read_f32().expect("read"), y.ne())
 }

@@ -85,11 +85,7 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
 unsafe fn geglu_row(row: *const f32, out: *mut f32, half: usize) {
     for j in (0..half).step_by(16) {
         let valid = (half - j).min(16);
-        let m: __mmask16 = if valid == 16 {
-            0xffff
-        } else {
-            (1u16 << valid) - 1
-        };
+        let m = super::kernels::lanes16(valid);
         // SAFETY: masked accesses inside the row's two halves and the output row.
         unsafe {
             let value = _mm512_maskz_loadu_ps(m, row.add(j));

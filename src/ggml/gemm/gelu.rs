@@ -79,11 +79,7 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
 unsafe fn gelu_tanh_row(x: *const f32, out: *mut f32, n: usize) {
     for j in (0..n).step_by(16) {
         let valid = (n - j).min(16);
-        let m: __mmask16 = if valid == 16 {
-            0xffff
-        } else {
-            (1u16 << valid) - 1
-        };
+        let m = super::kernels::lanes16(valid);
         // SAFETY: masked accesses inside the n elements.
         unsafe {
             let v = _mm512_maskz_loadu_ps(m, x.add(j));

@@ -215,6 +215,16 @@ pub(super) unsafe fn prefetch_output<const R: usize>(t: &Tile) {
     }
 }
 
+/// The mask of the first `valid` (≤ 16) lanes of a 16-lane vector.
+#[inline(always)]
+pub(super) fn lanes16(valid: usize) -> __mmask16 {
+    if valid >= 16 {
+        0xffff
+    } else {
+        (1u16 << valid) - 1
+    }
+}
+
 /// Adds the tile into (or writes it to) the output, masked to `t.cols`.
 #[inline(always)]
 pub(super) unsafe fn store<const R: usize, const V: usize>(acc: &Acc<R, V>, t: &Tile) {
@@ -223,11 +233,7 @@ pub(super) unsafe fn store<const R: usize, const V: usize>(acc: &Acc<R, V>, t: &
         if valid == 0 {
             break;
         }
-        let mask: __mmask16 = if valid == 16 {
-            0xffff
-        } else {
-            (1u16 << valid) - 1
-        };
+        let mask = lanes16(valid);
         // SAFETY: masked accesses touch only the `valid` columns the caller owns.
         unsafe {
             let bias = (!t.bias.is_null()).then(|| _mm512_maskz_loadu_ps(mask, t.bias.add(j * 16)));

@@ -278,11 +278,7 @@ unsafe fn affine_row(
     let n = x.len();
     for j in (0..n).step_by(16) {
         let valid = (n - j).min(16);
-        let m: __mmask16 = if valid == 16 {
-            0xffff
-        } else {
-            (1u16 << valid) - 1
-        };
+        let m = super::kernels::lanes16(valid);
         // SAFETY: masked accesses inside the row, the output row and the per-column vectors
         // (each n long).
         unsafe {
