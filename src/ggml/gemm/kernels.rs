@@ -60,6 +60,9 @@ pub(in crate::ggml) struct Tile {
     pub addend: *const f32,
 }
 
+/// k-steps ahead that the f32 tiles prefetch their panel's lines.
+const PREFETCH: usize = 4;
+
 /// `R` rows of `V` 16-lane f32 accumulators.
 pub(super) type Acc<const R: usize, const V: usize> = [[__m512; V]; R];
 
@@ -149,6 +152,11 @@ unsafe fn rows_f32<const R: usize, const V: usize>(
         // SAFETY: kk < kc and r < R = t.rows: inside the panel and the activation rows.
         unsafe {
             let w = ws.add(kk * 16 * V);
+            // The panel's lines PREFETCH k-steps ahead: a few % on a Sapphire Rapids core,
+            // where the L2 streamer trails the 256-byte rows; no change on Zen 4.
+            for j in 0..V {
+                _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(PREFETCH * 16 * V + 16 * j).cast());
+            }
             let mut wv = [_mm512_setzero_ps(); V];
             for (j, v) in wv.iter_mut().enumerate() {
                 *v = _mm512_loadu_ps(w.add(16 * j));
