@@ -10,7 +10,8 @@
 //!
 //! Weights: f32; f16 (widened to f32 while packing, activations stay f32, so the result is
 //! at least as exact as ggml's, which rounds the activations to f16); bf16 (activations
-//! rounded to bf16 as ggml does, products through `vdpbf16ps` as ggml's own bf16 path);
+//! rounded to bf16 as ggml does, products through `vdpbf16ps` as ggml's own bf16 path, or
+//! on AMX tiles, `amx.rs`, where the CPU has them; Intel CPUs without AMX widen instead);
 //! q8_0 (`q8.rs`: activations quantized as ggml does, VNNI integer dot products; without
 //! AVX-512 VNNI dequantized to f32 while packing, exactly as ggml dequantizes).
 //! On CPUs with AVX2 + FMA but no AVX-512 (`avx2.rs`) f32, f16, bf16 and q8_0 weights (all
@@ -19,8 +20,8 @@
 //! keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
 //! tiles; `conv.rs` a convolution whose patches are built a chunk at a time inside the
 //! product. Around them, ops that ggml runs as several passes or with poor thread splits:
-//! `im2col.rs` (channel-last patches), `transpose.rs`, `geglu.rs`, `norm.rs` (GroupNorm /
-//! LayerNorm with their affine parameters and SiLU).
+//! `im2col.rs` (channel-last patches), `transpose.rs`, `geglu.rs`, `gelu.rs` (tanh GELU),
+//! `norm.rs` (GroupNorm / LayerNorm with their affine parameters and SiLU).
 
 // The kernels are x86-64 (AVX-512, AVX2); elsewhere the entry points below answer `None`.
 #[cfg(target_arch = "x86_64")]
