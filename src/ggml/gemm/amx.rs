@@ -68,12 +68,12 @@ fn request_tile_state() -> bool {
 /// The tile configuration `ldtilecfg` reads (palette 1): every register 16 rows × 64 bytes.
 /// tmm0–3 accumulate (2 × 2 tiles of 16 × 16 f32), tmm4–5 hold activations, tmm6–7 weights.
 #[repr(C, align(64))]
-pub(super) struct Config {
-    pub palette: u8,
-    pub start_row: u8,
-    pub reserved: [u8; 14],
-    pub bytes_per_row: [u16; 16],
-    pub rows: [u8; 16],
+struct Config {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    bytes_per_row: [u16; 16],
+    rows: [u8; 16],
 }
 
 static CONFIG: Config = Config {
@@ -176,7 +176,7 @@ pub(super) unsafe fn tile_bf16(
     // SAFETY: the contract on `xs`, `ws` and `t`.
     unsafe {
         tail_pairs(width, steps * STEP..depth, xs, ldx, ws, t, &mut out);
-        write(out.0.as_ptr().cast(), NR, t);
+        write(&out, t);
     }
 }
 
@@ -216,24 +216,24 @@ unsafe fn tail_pairs(
     }
 }
 
-/// Adds `t.rows` rows of results (`ld` floats apart, from `out`) into (or writes them to) the
-/// output, masked to `t.cols`.
+/// Adds the first `t.rows` rows of results into (or writes them to) the output, masked to
+/// `t.cols`.
 ///
 /// # Safety
-/// AVX-512F must be present; `out` has `t.rows` rows of `t.cols.next_multiple_of(16)` floats
-/// `ld` apart; `t` as for the vector tiles.
+/// AVX-512F must be present; `t` as for the vector tiles, with `t.rows` ≤ [`AMX_ROWS`] and
+/// `t.cols` ≤ [`NR`].
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn write(out: *const f32, ld: usize, t: &Tile) {
+unsafe fn write(out: &Results, t: &Tile) {
     for j in 0..t.cols.div_ceil(16) {
         let valid = (t.cols - 16 * j).min(16);
         let mask = super::kernels::lanes16(valid);
         // SAFETY: masked accesses touch only the `valid` columns of the caller's rows; the
-        // results as the contract says.
+        // results row holds NR ≥ 16 j + 16 floats.
         unsafe {
             let bias = (!t.bias.is_null()).then(|| _mm512_maskz_loadu_ps(mask, t.bias.add(16 * j)));
             for r in 0..t.rows {
                 let p = t.c.add(r * t.ldc + 16 * j);
-                let mut v = _mm512_loadu_ps(out.add(r * ld + 16 * j));
+                let mut v = _mm512_loadu_ps(out.0[r].as_ptr().add(16 * j));
                 if t.accumulate {
                     v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), v);
                 } else if !t.addend.is_null() {
