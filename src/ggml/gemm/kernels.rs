@@ -63,6 +63,9 @@ pub(in crate::ggml) struct Tile {
 /// k-steps ahead that the f32 tiles prefetch their panel's lines.
 const PREFETCH: usize = 4;
 
+/// k-steps per pass of the f32 tiles' loop.
+const UNROLL: usize = 4;
+
 /// `R` rows of `V` 16-lane f32 accumulators.
 pub(super) type Acc<const R: usize, const V: usize> = [[__m512; V]; R];
 
@@ -98,6 +101,56 @@ pub(super) unsafe fn tile_f32_width(
             48 => with_rows!(t.rows, R => rows_f32::<R, 3>(kc, xs, ldx, ws, t)),
             _ => with_rows!(t.rows, R => rows_f32::<R, 4>(kc, xs, ldx, ws, t)),
         }
+    }
+}
+
+/// Tokens per call of [`tile_f32_column`].
+pub(super) const COLUMN_ROWS: usize = 4 * MR;
+
+/// Like [`tile_f32`] from a panel 16 wide, up to [`COLUMN_ROWS`] tokens at a time: one
+/// vector per token leaves registers for 24, where six tokens a step would wait on their
+/// loads (PixArt's head size 72 = a 64-wide panel and this one).
+///
+/// # Safety
+/// As for [`tile_f32`], with `ws` holding `kc * 16` floats and `t.cols` ≤ 16.
+pub(super) unsafe fn tile_f32_column(
+    kc: usize,
+    xs: *const f32,
+    ldx: usize,
+    ws: *const f32,
+    t: &Tile,
+) {
+    let mut done = 0;
+    while done < t.rows {
+        let rows = match t.rows - done {
+            24.. => 24,
+            18.. => 18,
+            12.. => 12,
+            r => r.min(MR),
+        };
+        let sub = Tile {
+            c: t.c.wrapping_add(done * t.ldc),
+            ldc: t.ldc,
+            rows,
+            cols: t.cols,
+            accumulate: t.accumulate,
+            bias: t.bias,
+            addend: match t.addend.is_null() {
+                true => t.addend,
+                false => t.addend.wrapping_add(done * t.ldc),
+            },
+        };
+        let xs = xs.wrapping_add(done * ldx);
+        // SAFETY: the caller's contract, for `rows` of its rows from `done` on.
+        unsafe {
+            match rows {
+                24 => rows_f32::<24, 1>(kc, xs, ldx, ws, &sub),
+                18 => rows_f32::<18, 1>(kc, xs, ldx, ws, &sub),
+                12 => rows_f32::<12, 1>(kc, xs, ldx, ws, &sub),
+                r => with_rows!(r, R => rows_f32::<R, 1>(kc, xs, ldx, ws, &sub)),
+            }
+        }
+        done += rows;
     }
 }
 
@@ -148,7 +201,9 @@ unsafe fn rows_f32<const R: usize, const V: usize>(
     // SAFETY: prefetches never fault; the output lines arrive while the products run.
     unsafe { prefetch_output::<R>(t) };
     let mut acc: Acc<R, V> = [[_mm512_setzero_ps(); V]; R];
-    for kk in 0..kc {
+    // Each row's own pointer, indexed by k: no address arithmetic per step beyond the index.
+    let x: [*const f32; R] = std::array::from_fn(|r| xs.wrapping_add(r * ldx));
+    let mut step = |kk: usize| {
         // SAFETY: kk < kc and r < R = t.rows: inside the panel and the activation rows.
         unsafe {
             let w = ws.add(kk * 16 * V);
@@ -161,13 +216,23 @@ unsafe fn rows_f32<const R: usize, const V: usize>(
             for (j, v) in wv.iter_mut().enumerate() {
                 *v = _mm512_loadu_ps(w.add(16 * j));
             }
-            for (r, a) in acc.iter_mut().enumerate() {
-                let b = _mm512_set1_ps(*xs.add(r * ldx + kk));
+            for (a, x) in acc.iter_mut().zip(x) {
+                let b = _mm512_set1_ps(*x.add(kk));
                 for (aj, wj) in a.iter_mut().zip(wv) {
                     *aj = _mm512_fmadd_ps(wj, b, *aj);
                 }
             }
         }
+    };
+    // Several steps per pass: the loop's count and branch stay off the FMA ports.
+    let whole = kc - kc % UNROLL;
+    for kk in (0..whole).step_by(UNROLL) {
+        for u in 0..UNROLL {
+            step(kk + u);
+        }
+    }
+    for kk in whole..kc {
+        step(kk);
     }
     // SAFETY: the caller's contract on `t`.
     unsafe { store(&acc, t) }
