@@ -12,12 +12,12 @@ use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 
 use super::amx;
-use super::avx2_rows;
 use super::claims::Claims;
 use super::dispatch::{self, Tiles};
 use super::driver::Packed;
 use super::kernels::{self, Tile};
 use super::pack::{self, Rows};
+use super::softmax;
 use super::{AttentionPrecision, MR, NR};
 use crate::dtype::DType;
 use crate::ggml::context::{Context, Tensor};
@@ -308,17 +308,18 @@ impl Heads<'_> {
                 let mask = self
                     .mask
                     .map_or(std::ptr::null(), |m| m[r * self.n_kv + k0..].as_ptr());
-                // SAFETY: every CPU with the blocked kernels has AVX2 and FMA; the score row
-                // and the mask row hold `kc` floats from here; the output row is this
-                // thread's (its head's `hd` floats of query row r).
+                // SAFETY: `self.tiles` are this CPU's; the score row and the mask row hold
+                // `kc` floats from here; the output row is this thread's (its head's `hd`
+                // floats of query row r).
                 unsafe {
-                    let chunk_top = avx2_rows::scale_mask_max(row, mask, kc, self.scale);
+                    let chunk_top = softmax::chunk_max(self.tiles, row, mask, kc, self.scale);
                     let new_top = top[i].max(chunk_top);
                     if new_top == f32::NEG_INFINITY {
                         std::ptr::write_bytes(row, 0, kc);
                         continue;
                     }
-                    let chunk_sum = avx2_rows::exp_sub_sum(row, kc, new_top);
+                    let chunk_sum =
+                        softmax::chunk_exp_sum(self.tiles, row, mask, kc, (self.scale, new_top));
                     let alpha = (top[i] - new_top).exp();
                     if k0 > 0 && alpha != 1.0 {
                         let out = std::slice::from_raw_parts_mut(out_row(r), self.hd);
@@ -337,8 +338,12 @@ impl Heads<'_> {
                     let out = s.p.u32s(room * cc.div_ceil(2));
                     pack::rows_bf16(&p, 0..rows.len(), c0 - k0, cc, out);
                 }
+                // The 16-wide panel of V takes [`kernels::COLUMN_ROWS`] rows at a time.
+                let column = |p: &VPanel| {
+                    !self.bf16 && self.tiles == Tiles::Avx512 && p.width == 16 && strip == MR
+                };
                 for (r0, n_rows, s_row) in strips() {
-                    for p in &self.v_panels {
+                    for p in self.v_panels.iter().filter(|p| !column(p)) {
                         let tile = Tile {
                             c: out_row(r0).wrapping_add(p.c0),
                             ldc: self.dim,
@@ -354,6 +359,26 @@ impl Heads<'_> {
                         // apart (rounded: `cc` halved); the tile is this head's slice of
                         // these output rows.
                         unsafe { self.value_tile((exps, ld), i, (c0, cc), p, s, &tile) };
+                    }
+                }
+                for p in self.v_panels.iter().filter(|p| column(p)) {
+                    for r0 in rows.clone().step_by(kernels::COLUMN_ROWS) {
+                        let i = r0 - rows.start;
+                        let tile = Tile {
+                            c: out_row(r0).wrapping_add(p.c0),
+                            ldc: self.dim,
+                            rows: kernels::COLUMN_ROWS.min(rows.end - r0),
+                            cols: p.cols,
+                            accumulate: c0 > 0,
+                            addend: std::ptr::null(),
+                            bias: std::ptr::null(),
+                        };
+                        let exps = scores.wrapping_add(i * ld + c0 - k0).cast_const();
+                        let panel = s.v.f32s_ro(p.offset(self.n_kv) + c0 * p.width);
+                        // SAFETY: AVX-512F (`self.tiles`); the exponential rows hold `cc`
+                        // floats from `c0 − k0`, `ld` apart; V's panel `n_kv * 16` floats;
+                        // the tile is this head's slice of these output rows.
+                        unsafe { kernels::tile_f32_column(cc, exps, ld, panel, &tile) };
                     }
                 }
             }

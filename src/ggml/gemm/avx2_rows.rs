@@ -58,53 +58,88 @@ unsafe fn reduce_add(v: __m256) -> f32 {
     }
 }
 
-/// One chunk of a score row for the online softmax: `row[j] = row[j] · scale + mask[j]` over
-/// `n` entries; returns the chunk's largest value (−∞ when all are masked).
+/// `row[j] · scale (+ mask[j])` of the first `valid` lanes: a product, then a sum.
+#[inline(always)]
+unsafe fn scaled(row: *const f32, mask: *const f32, valid: usize, scale: __m256) -> __m256 {
+    let m = lanes(valid);
+    // SAFETY: the caller's `valid` lanes lie inside the row and the mask.
+    unsafe {
+        let v = _mm256_mul_ps(load_lanes(row, valid, m), scale);
+        if mask.is_null() {
+            v
+        } else {
+            _mm256_add_ps(v, load_lanes(mask, valid, m))
+        }
+    }
+}
+
+/// One chunk of a score row for the online softmax: the largest `row[j] · scale + mask[j]`
+/// over `n` entries (−∞ when all are masked).
 ///
 /// # Safety
 /// AVX2 and FMA must be present; `row` (and `mask`, unless null) hold `n` floats.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn scale_mask_max(row: *mut f32, mask: *const f32, n: usize, scale: f32) -> f32 {
-    // SAFETY: every access is masked to the row's first `n` floats.
-    unsafe {
-        let s = _mm256_set1_ps(scale);
-        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
-        let mut max = neg_inf;
-        for j in (0..n).step_by(8) {
-            let valid = (n - j).min(8);
-            let m = lanes(valid);
-            let mut v = _mm256_mul_ps(load_lanes(row.add(j), valid, m), s);
-            if !mask.is_null() {
-                v = _mm256_add_ps(v, load_lanes(mask.add(j), valid, m));
-            }
-            store_lanes(row.add(j), valid, m, v);
-            max = _mm256_max_ps(max, _mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(m)));
+pub(super) unsafe fn scale_mask_max(
+    row: *const f32,
+    mask: *const f32,
+    n: usize,
+    scale: f32,
+) -> f32 {
+    let s = _mm256_set1_ps(scale);
+    let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut max = neg_inf;
+    for j in (0..n).step_by(8) {
+        let valid = (n - j).min(8);
+        let mask_j = if mask.is_null() {
+            mask
+        } else {
+            mask.wrapping_add(j)
+        };
+        // SAFETY: accesses masked to the row's first `n` floats.
+        unsafe {
+            let v = scaled(row.add(j), mask_j, valid, s);
+            let m = _mm256_castsi256_ps(lanes(valid));
+            max = _mm256_max_ps(max, _mm256_blendv_ps(neg_inf, v, m));
         }
-        reduce_max(max)
     }
+    // SAFETY: register-only arithmetic.
+    unsafe { reduce_max(max) }
 }
 
-/// `row[j] = e^(row[j] − top)` over `n` entries (`top` finite and at least every entry);
-/// returns their sum.
+/// `row[j] = e^(row[j] · scale + mask[j] − top)` over `n` entries (`top` finite and at least
+/// every scaled, masked entry); returns their sum.
 ///
 /// # Safety
-/// AVX2 and FMA must be present; `row` holds `n` floats.
+/// AVX2 and FMA must be present; `row` (and `mask`, unless null) hold `n` floats.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn exp_sub_sum(row: *mut f32, n: usize, top: f32) -> f32 {
-    // SAFETY: every access is masked to the row's first `n` floats.
-    unsafe {
-        let top = _mm256_set1_ps(top);
-        let mut sum = _mm256_setzero_ps();
-        for j in (0..n).step_by(8) {
-            let valid = (n - j).min(8);
-            let m = lanes(valid);
-            let e = exp_nonpositive(_mm256_sub_ps(load_lanes(row.add(j), valid, m), top));
+pub(super) unsafe fn scale_mask_exp_sum(
+    row: *mut f32,
+    mask: *const f32,
+    n: usize,
+    scale: f32,
+    top: f32,
+) -> f32 {
+    let (s, top) = (_mm256_set1_ps(scale), _mm256_set1_ps(top));
+    let mut sum = _mm256_setzero_ps();
+    for j in (0..n).step_by(8) {
+        let valid = (n - j).min(8);
+        let m = lanes(valid);
+        let mask_j = if mask.is_null() {
+            mask
+        } else {
+            mask.wrapping_add(j)
+        };
+        // SAFETY: accesses masked to the row's first `n` floats.
+        unsafe {
+            let v = scaled(row.add(j), mask_j, valid, s);
+            let e = exp_nonpositive(_mm256_sub_ps(v, top));
             let e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
             store_lanes(row.add(j), valid, m, e);
             sum = _mm256_add_ps(sum, e);
         }
-        reduce_add(sum)
     }
+    // SAFETY: register-only arithmetic.
+    unsafe { reduce_add(sum) }
 }
 
 /// One row: `out[j] = row[j] · gelu(row[half + j])` (see `geglu.rs`).

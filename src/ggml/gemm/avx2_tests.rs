@@ -3,7 +3,7 @@
 //! same operands, over partial strips, partial rows and every panel width.
 
 use super::avx2::tile_f32_width;
-use super::avx2_rows::{affine_row, exp_sub_sum, geglu_row, gelu_tanh_row, scale_mask_max};
+use super::avx2_rows::{affine_row, geglu_row, gelu_tanh_row};
 use super::fused_tests::erf_series;
 use super::kernels::Tile;
 use super::norm::Affine;
@@ -90,73 +90,6 @@ fn avx2_tiles_match_f64() {
                 }
             }
         }
-    }
-}
-
-/// Softmax rows of several lengths and masked entries against f64; an all-masked row has no
-/// maximum.
-#[test]
-fn avx2_softmax_matches_f64() {
-    if !have_avx2() {
-        return;
-    }
-    for n in [1, 5, 8, 9, 16, 100] {
-        for masked in [false, true] {
-            let scores: Vec<f32> = pseudo_random(n, n as u64)
-                .iter()
-                .map(|v| v * 40.0)
-                .collect();
-            let mask: Vec<f32> = (0..n)
-                .map(|j| {
-                    if masked && j % 3 == 1 {
-                        f32::NEG_INFINITY
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
-            let mut row = scores.clone();
-            let m = if masked {
-                mask.as_ptr()
-            } else {
-                std::ptr::null()
-            };
-            // SAFETY: AVX2 + FMA checked; the row and the mask hold `n` floats.
-            unsafe { softmax(&mut row, m, 0.3) };
-            let logits: Vec<f64> = (0..n)
-                .map(|j| scores[j] as f64 * 0.3 + mask[j] as f64)
-                .collect();
-            let top = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let sum: f64 = logits.iter().map(|l| (l - top).exp()).sum();
-            for j in 0..n {
-                let want = (logits[j] - top).exp() / sum;
-                assert!(
-                    (row[j] as f64 - want).abs() < 1e-6,
-                    "n {n} masked {masked}: p[{j}] = {}, want {want}",
-                    row[j]
-                );
-            }
-        }
-    }
-    let mut row = vec![1.0f32; 11];
-    let mask = [f32::NEG_INFINITY; 11];
-    // SAFETY: as above.
-    let top = unsafe { scale_mask_max(row.as_mut_ptr(), mask.as_ptr(), 11, 1.0) };
-    assert_eq!(top, f32::NEG_INFINITY, "an all-masked row has no maximum");
-}
-
-/// A softmax row from attention's two row kernels: the scaled, masked maximum, then the
-/// exponentials and their sum (the division is attention's, at the end).
-///
-/// # Safety
-/// AVX2 and FMA must be present; `mask`, unless null, holds `row.len()` floats.
-unsafe fn softmax(row: &mut [f32], mask: *const f32, scale: f32) {
-    let n = row.len();
-    // SAFETY: the caller's contract.
-    unsafe {
-        let top = scale_mask_max(row.as_mut_ptr(), mask, n, scale);
-        let sum = exp_sub_sum(row.as_mut_ptr(), n, top);
-        row.iter_mut().for_each(|v| *v /= sum);
     }
 }
 

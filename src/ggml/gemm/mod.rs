@@ -56,6 +56,8 @@ mod q8;
 #[cfg(target_arch = "x86_64")]
 mod q8_avx2;
 mod rope;
+#[cfg(target_arch = "x86_64")]
+mod softmax;
 mod transpose;
 
 use std::os::raw::c_int;
