@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kernels::{prefetch_output, with_rows, Tile};
+use super::kernels::{prefetch_output, unrolled, with_rows, Tile};
 use super::{MR, NR};
 
 /// Outputs per strip: two 8-lane vectors.
@@ -13,9 +13,6 @@ const STRIP: usize = 16;
 
 /// k-steps ahead that a strip's weight lines are prefetched.
 const PREFETCH: usize = 8;
-
-/// k-steps per pass of a tile's loop.
-const UNROLL: usize = 4;
 
 const _: () = assert!(
     MR == 6 && NR.is_multiple_of(STRIP),
@@ -77,7 +74,7 @@ unsafe fn rows_f32<const R: usize>(
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     // Each row's own pointer, indexed by k: no address arithmetic per step beyond the index.
     let x: [*const f32; R] = std::array::from_fn(|r| xs.wrapping_add(r * ldx));
-    let mut step = |kk: usize| {
+    let step = |kk: usize| {
         // SAFETY: kk < kc and r < R = t.rows: inside the panel and the activation rows.
         unsafe {
             let w = ws.add(kk * width);
@@ -93,17 +90,7 @@ unsafe fn rows_f32<const R: usize>(
             }
         }
     };
-    // Four steps per pass: the loop's own count and branch are shared by 48 FMAs, which
-    // leaves the two FMA ports to the FMAs (~10 % on a Sapphire Rapids core capped to AVX2).
-    let whole = kc - kc % UNROLL;
-    for kk in (0..whole).step_by(UNROLL) {
-        for u in 0..UNROLL {
-            step(kk + u);
-        }
-    }
-    for kk in whole..kc {
-        step(kk);
-    }
+    unrolled(kc, step);
     // SAFETY: the caller's contract on `t`.
     unsafe { store(&acc, t) }
 }

@@ -7,6 +7,7 @@ use std::arch::x86_64::*;
 use super::approx::{ERF_A, ERF_P, EXP_MIN, EXP_TAYLOR, LN2_HI, LN2_LO};
 use super::avx2::{lanes, load_lanes, store_lanes};
 use super::norm::Affine;
+use super::softmax::offset;
 
 /// e^x for x ≤ 0, as [`super::kernels::exp_nonpositive`] computes it (the same split of x,
 /// the same polynomial), with 2^n built in the exponent bits; x below −87 gives exactly 0.
@@ -90,14 +91,9 @@ pub(super) unsafe fn scale_mask_max(
     let mut max = neg_inf;
     for j in (0..n).step_by(8) {
         let valid = (n - j).min(8);
-        let mask_j = if mask.is_null() {
-            mask
-        } else {
-            mask.wrapping_add(j)
-        };
         // SAFETY: accesses masked to the row's first `n` floats.
         unsafe {
-            let v = scaled(row.add(j), mask_j, valid, s);
+            let v = scaled(row.add(j), offset(mask, j), valid, s);
             let m = _mm256_castsi256_ps(lanes(valid));
             max = _mm256_max_ps(max, _mm256_blendv_ps(neg_inf, v, m));
         }
@@ -124,14 +120,9 @@ pub(super) unsafe fn scale_mask_exp_sum(
     for j in (0..n).step_by(8) {
         let valid = (n - j).min(8);
         let m = lanes(valid);
-        let mask_j = if mask.is_null() {
-            mask
-        } else {
-            mask.wrapping_add(j)
-        };
         // SAFETY: accesses masked to the row's first `n` floats.
         unsafe {
-            let v = scaled(row.add(j), mask_j, valid, s);
+            let v = scaled(row.add(j), offset(mask, j), valid, s);
             let e = exp_nonpositive(_mm256_sub_ps(v, top));
             let e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
             store_lanes(row.add(j), valid, m, e);

@@ -66,6 +66,23 @@ const PREFETCH: usize = 4;
 /// k-steps per pass of the f32 tiles' loop.
 const UNROLL: usize = 4;
 
+/// Calls `step` with 0..kc, [`UNROLL`] steps per pass of the loop: its count and branch are
+/// then shared by that many steps' FMAs and leave the FMA ports to them (on Golden Cove the
+/// integer ports include both; the AVX2 tile on one Sapphire Rapids core went 89-93 ->
+/// 94-101 GFLOP/s, the AVX-512 one +3-4 %).
+#[inline(always)]
+pub(super) fn unrolled(kc: usize, mut step: impl FnMut(usize)) {
+    let whole = kc - kc % UNROLL;
+    for kk in (0..whole).step_by(UNROLL) {
+        for u in 0..UNROLL {
+            step(kk + u);
+        }
+    }
+    for kk in whole..kc {
+        step(kk);
+    }
+}
+
 /// `R` rows of `V` 16-lane f32 accumulators.
 pub(super) type Acc<const R: usize, const V: usize> = [[__m512; V]; R];
 
@@ -203,7 +220,7 @@ unsafe fn rows_f32<const R: usize, const V: usize>(
     let mut acc: Acc<R, V> = [[_mm512_setzero_ps(); V]; R];
     // Each row's own pointer, indexed by k: no address arithmetic per step beyond the index.
     let x: [*const f32; R] = std::array::from_fn(|r| xs.wrapping_add(r * ldx));
-    let mut step = |kk: usize| {
+    let step = |kk: usize| {
         // SAFETY: kk < kc and r < R = t.rows: inside the panel and the activation rows.
         unsafe {
             let w = ws.add(kk * 16 * V);
@@ -224,16 +241,7 @@ unsafe fn rows_f32<const R: usize, const V: usize>(
             }
         }
     };
-    // Several steps per pass: the loop's count and branch stay off the FMA ports.
-    let whole = kc - kc % UNROLL;
-    for kk in (0..whole).step_by(UNROLL) {
-        for u in 0..UNROLL {
-            step(kk + u);
-        }
-    }
-    for kk in whole..kc {
-        step(kk);
-    }
+    unrolled(kc, step);
     // SAFETY: the caller's contract on `t`.
     unsafe { store(&acc, t) }
 }

@@ -66,8 +66,8 @@ unsafe fn scaled(row: *const f32, mask: *const f32, m: __mmask16, scale: __m512)
     }
 }
 
-/// The mask from entry `j` on; null stays null.
-fn offset(mask: *const f32, j: usize) -> *const f32 {
+/// The mask from entry `j` on; null (no mask) stays null.
+pub(super) fn offset(mask: *const f32, j: usize) -> *const f32 {
     if mask.is_null() {
         mask
     } else {
