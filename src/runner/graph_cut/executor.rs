@@ -255,8 +255,23 @@ fn run_segments<'g, R>(
         }
         let sub = SubGraph::new(&nodes[seg.nodes.clone()])?;
         let compute = measure(runner, &sub)?;
-        let compute_held = compute.max(buffer_size(&runner.seg_gallocr.borrow()));
         let pinned = plan.pin_bytes_at(s);
+        let mut compute_held = compute.max(buffer_size(&runner.seg_gallocr.borrow()));
+        // The compute buffer another segment (or an earlier call) grew is given back where
+        // keeping it would put this segment over the budget: it needs only its own. Without
+        // this, a budget that fits every segment of the first call refuses a smaller segment
+        // on the next, behind the previous call's larger last segment.
+        let own_weights = match weights.filter(|_| offload) {
+            Some(w) => runner.backend.bytes_for(&weight_tensors(w, &seg.params)),
+            None => 0,
+        };
+        let over = |held: usize| {
+            cap.is_some_and(|c| fixed + cache_bytes + pinned + held + own_weights > c)
+        };
+        if compute_held > compute && over(compute_held) {
+            *runner.seg_gallocr.borrow_mut() = None;
+            compute_held = compute;
+        }
         let base = fixed + cache_bytes + pinned + compute_held;
         let mut rep = SegmentReport {
             name: seg.name.clone(),
