@@ -444,11 +444,14 @@ fn fused_norms_match_ggml_ops() {
         .enumerate()
         .map(|(i, v)| v * 6.0 + (i % 5) as f32)
         .collect();
-    let arena = Arena::new(4).expect("arena");
+    let arena = Arena::new(6).expect("arena");
     let xi = arena.add(DType::F32, [w, h, c, n], "x").expect("room");
     let wi = arena.add(DType::F32, [c, 1, 1, 1], "w").expect("room");
     let bi = arena.add(DType::F32, [c, 1, 1, 1], "b").expect("room");
     let ri = arena.add(DType::F32, [c, 9, 2, 1], "rows").expect("room");
+    // An adaptive norm's scale and shift: one vector per batch item.
+    let si = arena.add(DType::F32, [c, 1, 2, 1], "scale").expect("room");
+    let ti = arena.add(DType::F32, [c, 1, 2, 1], "shift").expect("room");
     arena.allocate(&backend, "test").expect("alloc");
     arena.get(xi).write_f32(&x).expect("x");
     arena.get(wi).write_f32(&pseudo_random(c, 42)).expect("w");
@@ -462,7 +465,16 @@ fn fused_norms_match_ggml_ops() {
                 .collect::<Vec<_>>(),
         )
         .expect("rows");
+    arena
+        .get(si)
+        .write_f32(&pseudo_random(2 * c, 45))
+        .expect("scale");
+    arena
+        .get(ti)
+        .write_f32(&pseudo_random(2 * c, 46))
+        .expect("shift");
     let (xt, wt, bt, rt) = (arena.get(xi), arena.get(wi), arena.get(bi), arena.get(ri));
+    let (st, tt) = (arena.get(si), arena.get(ti));
     let ctx = Context::new(64, 64).expect("ctx");
     let graph = Graph::new(&ctx, 64);
     let mut pairs = Vec::new();
@@ -491,8 +503,22 @@ fn fused_norms_match_ggml_ops() {
         }
         pairs.push((format!("layer norm, weight {weight} bias {bias}"), fused, y));
     }
+    let fused = kernels
+        .layer_norm(&ctx, rt, 1e-6, Some(st), Some(tt))
+        .expect("per-item vectors");
+    let y = ctx.add(ctx.mul(ctx.norm(rt, 1e-6), st), tt);
+    pairs.push((
+        "layer norm, a weight and bias per batch item".into(),
+        fused,
+        y,
+    ));
     assert!(kernels
         .group_norm(&ctx, xt, 5, 1e-5, wt, bt, false)
+        .is_none());
+    // Vectors per item must match x's items.
+    let three = ctx.new_tensor(DType::F32, [c, 1, 3, 1]);
+    assert!(kernels
+        .layer_norm(&ctx, rt, 1e-6, Some(three), None)
         .is_none());
     for (_, a, b) in &pairs {
         graph.expand(*a);

@@ -63,7 +63,9 @@ impl super::CpuKernels {
     }
 
     /// `nn.LayerNorm` over ne[0] of x (f32, contiguous) times `weight` plus `bias` ([ne0]
-    /// f32; each optional, as `LayerNorm` has them).
+    /// f32; each optional, as `LayerNorm` has them). Either may also hold one vector per
+    /// batch item ([ne0, 1, B] for x [ne0, n, B]): an adaptive norm's `LN(x)·(1 + scale) +
+    /// shift` in one pass instead of ggml's three.
     pub fn layer_norm<'c>(
         self,
         ctx: &'c Context,
@@ -72,9 +74,17 @@ impl super::CpuKernels {
         weight: Option<Tensor<'c>>,
         bias: Option<Tensor<'c>>,
     ) -> Option<Tensor<'c>> {
-        let n0 = x.ne()[0];
+        let [n0, _, batch, n3] = x.ne();
         let per_column = |t: Option<Tensor<'_>>| {
-            t.is_none_or(|t| t.ty() == DType::F32 && t.is_contiguous() && t.ne() == [n0, 1, 1, 1])
+            t.is_none_or(|t| {
+                let ne = t.ne();
+                let batches_ok = ne[2] == 1 || (ne[2] == batch && n3 == 1);
+                t.ty() == DType::F32
+                    && t.is_contiguous()
+                    && ne[..2] == [n0, 1]
+                    && ne[3] == 1
+                    && batches_ok
+            })
         };
         let ok = super::tiles().is_some()
             && x.ty() == DType::F32
@@ -202,20 +212,25 @@ unsafe extern "C" fn layer_norm_op(
     let claims = unsafe { Claims::of(dst, nth.max(1) as usize) };
     // SAFETY: the contract above: contiguous f32 tensors of these element counts, the
     // weight and bias (when the flags say they exist) in the sources after x.
-    let (x, w, b, out, n0, rows, eps) = unsafe {
+    let (x, w, b, out, n0, n1, rows, eps) = unsafe {
         let d = &*dst;
         let n0 = d.ne[0] as usize;
         let rows = (d.ne[1] * d.ne[2] * d.ne[3]) as usize;
         let flags = d.op_params[PARAM_AFFINE];
-        let vector = |i: usize| std::slice::from_raw_parts((*d.src[i]).data.cast::<f32>(), n0);
-        let w = (flags & 1 != 0).then(|| vector(1));
-        let b = (flags & 2 != 0).then(|| vector(1 + usize::from(w.is_some())));
+        // One vector, or one per batch item (ne[2]).
+        let vectors = |i: usize| {
+            let t = &*d.src[i];
+            std::slice::from_raw_parts(t.data.cast::<f32>(), n0 * t.ne[2] as usize)
+        };
+        let w = (flags & 1 != 0).then(|| vectors(1));
+        let b = (flags & 2 != 0).then(|| vectors(1 + usize::from(w.is_some())));
         (
             std::slice::from_raw_parts((*d.src[0]).data.cast::<f32>(), n0 * rows),
             w,
             b,
             d.data.cast::<f32>(),
             n0,
+            d.ne[1] as usize,
             rows,
             f32::from_bits(d.op_params[PARAM_EPS] as u32),
         )
@@ -227,12 +242,21 @@ unsafe extern "C" fn layer_norm_op(
         for r in rows {
             let row = &x[r * n0..(r + 1) * n0];
             let stats = stats(row, eps);
-            let affine = Affine::Vectors(w, b);
+            let affine = Affine::Vectors(row_vector(w, n0, n1, r), row_vector(b, n0, n1, r));
             // SAFETY: output row r belongs to the run this thread claimed; the CPU has `tiles`'
             // instructions.
             unsafe { affine_row_on(tiles, row, out.add(r * n0), stats, affine, false) };
         }
     });
+}
+
+/// Row `r`'s part of a LayerNorm's `n0`-long weight or bias: the one vector, or its batch
+/// item's (rows `n1` per item) where there is one per item.
+fn row_vector(v: Option<&[f32]>, n0: usize, n1: usize, r: usize) -> Option<&[f32]> {
+    v.map(|v| {
+        let at = (r / n1) % (v.len() / n0) * n0;
+        &v[at..at + n0]
+    })
 }
 
 /// [`affine_row`] on `tiles`' registers.

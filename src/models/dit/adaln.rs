@@ -1,4 +1,4 @@
-//! Graph helpers the adaptive-norm DiTs (FLUX, SD3) share: rows of a modulation output, the
+//! Graph helpers the adaptive-norm DiTs (FLUX, SD3, PixArt) share: rows of a modulation output, the
 //! `LN · (1 + scale) + shift` modulation, and row / column slices of [R, n, B] tensors.
 
 use crate::ggml::Tensor;
@@ -24,7 +24,9 @@ pub fn mod_rows<'g>(g: &'g GraphCtx<'g>, mods: Tensor<'g>, d: usize, k: usize) -
         .collect()
 }
 
-/// `LN(x)·(1 + scale) + shift` (a layer norm without affine weights, epsilon `eps`).
+/// `LN(x)·(1 + scale) + shift` (a layer norm without affine weights, epsilon `eps`; shift
+/// and scale [D, 1, B] for x [D, n, B]). On the CPU one pass (the blocked LayerNorm with one
+/// weight and bias per batch item), with the same roundings as the three ops.
 pub fn modulate<'g>(
     g: &'g GraphCtx<'g>,
     x: Tensor<'g>,
@@ -32,8 +34,15 @@ pub fn modulate<'g>(
     scale: Tensor<'g>,
     eps: f32,
 ) -> Tensor<'g> {
+    let scale = g.scale_bias(scale, 1.0, 1.0);
+    if let Some(y) = g
+        .cpu_kernels()
+        .and_then(|k| k.layer_norm(g.ctx(), x, eps, Some(scale), Some(shift)))
+    {
+        return y;
+    }
     let n = LayerNorm::plain(eps).forward(g, x);
-    g.add(g.mul(n, g.scale_bias(scale, 1.0, 1.0)), shift)
+    g.add(g.mul(n, scale), shift)
 }
 
 /// Rows `start .. start + len` of `t` [R, n, B] (a contiguous copy).

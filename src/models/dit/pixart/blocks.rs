@@ -5,6 +5,7 @@ use crate::ggml::Tensor;
 use crate::nn::{self, AttentionMask, Linear};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
+use super::super::adaln;
 use super::config::{Names, PixArtConfig, PixArtLayout};
 
 /// Layer-norm epsilon of every PixArt norm (all without affine parameters).
@@ -174,8 +175,7 @@ impl Block {
         let row =
             |i: usize| g.cont(g.view(m, [self.dim, 1, batch, 1], [nb[1], nb[2], nb[3]], i * nb[1]));
         let modulate = |h: Tensor<'g>, shift: usize, scale: usize| {
-            let h = g.norm(h, NORM_EPS);
-            g.add(g.mul(h, g.scale_bias(row(scale), 1.0, 1.0)), row(shift))
+            adaln::modulate(g, h, row(shift), row(scale), NORM_EPS)
         };
 
         let h = modulate(x, 0, 1);
