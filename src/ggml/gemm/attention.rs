@@ -338,10 +338,10 @@ impl Heads<'_> {
                     let out = s.p.u32s(room * cc.div_ceil(2));
                     pack::rows_bf16(&p, 0..rows.len(), c0 - k0, cc, out);
                 }
-                // The 16-wide panel of V takes [`kernels::COLUMN_ROWS`] rows at a time.
-                let column = |p: &VPanel| {
-                    !self.bf16 && self.tiles == Tiles::Avx512 && p.width == 16 && strip == MR
-                };
+                // In f32 on AVX-512 the 16-wide panel of V takes [`kernels::COLUMN_ROWS`]
+                // rows at a time (f32 strips are always MR rows: AMX is bf16 only).
+                let column =
+                    |p: &VPanel| !self.bf16 && self.tiles == Tiles::Avx512 && p.width == 16;
                 for (r0, n_rows, s_row) in strips() {
                     for p in self.v_panels.iter().filter(|p| !column(p)) {
                         let tile = Tile {

@@ -265,10 +265,8 @@ fn run_segments<'g, R>(
             Some(w) => runner.backend.bytes_for(&weight_tensors(w, &seg.params)),
             None => 0,
         };
-        let over = |held: usize| {
-            cap.is_some_and(|c| fixed + cache_bytes + pinned + held + own_weights > c)
-        };
-        if compute_held > compute && over(compute_held) {
+        let need = fixed + cache_bytes + pinned + compute_held + own_weights;
+        if compute_held > compute && cap.is_some_and(|c| need > c) {
             *runner.seg_gallocr.borrow_mut() = None;
             compute_held = compute;
         }
@@ -284,7 +282,7 @@ fn run_segments<'g, R>(
         let mut usage = base;
         if let Some(w) = weights.filter(|_| offload) {
             let mut res = runner.residency.borrow_mut();
-            rep.weight_bytes = runner.backend.bytes_for(&weight_tensors(w, &seg.params));
+            rep.weight_bytes = own_weights;
             missing = res.missing(&seg.params);
             let missing_bytes = runner.backend.bytes_for(&weight_tensors(w, &missing));
             if let Some(c) = cap {
