@@ -7,6 +7,7 @@ use std::os::raw::{c_int, c_void};
 
 use super::claims::{Claims, Pieces, PIECES_PER_THREAD};
 use super::pack::{self, Rows};
+use super::prefetch::WeightLines;
 use super::q8;
 use super::{WeightKind, MR, NR};
 use crate::ggml::sys;
@@ -180,9 +181,12 @@ impl Product<'_> {
                     Weights::Q8_0(_) => return,
                 }
             }
+            let next = self.next_weights(feats, &chunk, k0, kc);
             for i in 0..strips {
                 let r0 = rows.start + i * strip;
                 for p in 0..panels {
+                    // A few lines per tile, so the prefetches never queue up.
+                    next.part(i * panels + p, strips * panels);
                     let c0 = chunk.start + p * NR;
                     let tile = super::kernels::Tile {
                         c: self.y.wrapping_add(r0 * self.m + c0),
@@ -242,6 +246,37 @@ impl Product<'_> {
         }
     }
 
+    /// The weight block this thread packs after `chunk` of `feats` at k-block `k0`: the next
+    /// chunk, or the first one of the next k-block (none after the piece's last).
+    fn next_weights(
+        &self,
+        feats: &Range<usize>,
+        chunk: &Range<usize>,
+        k0: usize,
+        kc: usize,
+    ) -> WeightLines {
+        let (rows, k0) = if chunk.end < feats.end {
+            (chunk.end..(chunk.end + FC).min(feats.end), k0)
+        } else if k0 + kc < self.k {
+            (feats.start..(feats.start + FC).min(feats.end), k0 + kc)
+        } else {
+            return WeightLines::none();
+        };
+        // Every k-block but the last is `kc` deep.
+        let kc = kc.min(self.k - k0);
+        let (data, elem_bytes) = match self.w {
+            Weights::F32(d) => (d.as_ptr().cast::<u8>(), 4),
+            Weights::F16(d) | Weights::Bf16(d) | Weights::Bf16Wide(d) => (d.as_ptr().cast(), 2),
+            Weights::Q8_0(b) | Weights::Q8Wide(b) => {
+                let row_bytes = self.k / q8::QK * q8::BLOCK_BYTES;
+                let at = b.as_ptr().wrapping_add(k0 / q8::QK * q8::BLOCK_BYTES);
+                return WeightLines::new(at, row_bytes, rows, kc / q8::QK * q8::BLOCK_BYTES);
+            }
+        };
+        let at = data.wrapping_add(k0 * elem_bytes);
+        WeightLines::new(at, self.k * elem_bytes, rows, kc * elem_bytes)
+    }
+
     /// One k-block (whole q8_0 blocks) over this thread's rows and outputs.
     fn k_block_q8(
         &self,
@@ -270,9 +305,12 @@ impl Product<'_> {
             let panel_words = nb * q8::PANEL_BLOCK_WORDS;
             let w = s.w.u32s(panels * panel_words);
             q8::pack_panels(bytes, self.k, chunk.clone(), b0, nb, w);
+            let next = self.next_weights(feats, &chunk, k0, kc);
+            let strips = rows.len().div_ceil(MR);
             for r0 in rows.clone().step_by(MR) {
                 let i = r0 - rows.start;
                 for p in 0..panels {
+                    next.part(i / MR * panels + p, strips * panels);
                     let c0 = chunk.start + p * q8::NR8;
                     let tile = super::kernels::Tile {
                         c: self.y.wrapping_add(r0 * self.m + c0),

@@ -52,6 +52,8 @@ mod norm;
 #[cfg(target_arch = "x86_64")]
 mod pack;
 #[cfg(target_arch = "x86_64")]
+mod prefetch;
+#[cfg(target_arch = "x86_64")]
 mod q8;
 #[cfg(target_arch = "x86_64")]
 mod q8_avx2;
