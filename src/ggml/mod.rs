@@ -28,7 +28,7 @@ pub use context::{Context, Tensor};
 pub use error::GgmlError;
 pub use gemm::{
     amx_bf16_granted, blocked_gemm_available, AttentionPrecision, BlockedOp, ConvGeometry,
-    CpuKernels,
+    CpuKernels, Then,
 };
 pub use graph::{ComputeGraph, Graph, SubGraph};
 pub use inspect::MAX_SRC;

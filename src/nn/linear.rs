@@ -1,4 +1,4 @@
-use crate::ggml::Tensor;
+use crate::ggml::{Tensor, Then};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder, WeightRole};
 
 /// `y = x W^T + b` (PyTorch `nn.Linear`); the weight is stored [in, out] in ggml order.
@@ -46,5 +46,29 @@ impl Linear {
     pub fn forward<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
         let y = g.linear(g.param(self.weight), x, self.bias.map(|b| g.param(b)));
         g.adapt_linear(self.weight, x, y)
+    }
+
+    /// `gelu(forward(x), approximate = "tanh")`, in one pass over the output where the
+    /// blocked CPU kernels take it.
+    pub fn forward_gelu_tanh<'g>(&self, g: &'g GraphCtx<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        g.linear_then(self.weight, x, self.bias, Then::GeluTanh)
+            .unwrap_or_else(|| super::gelu_tanh(g, self.forward(g, x)))
+    }
+
+    /// `residual + gate ⊙ forward(x)` (without a gate `residual + forward(x)`): a block's
+    /// output projection onto its residual stream, in one pass over the output where the
+    /// blocked CPU kernels take it. `gate` broadcasts over the tokens (adaLN's [out, 1, B]).
+    pub fn forward_onto<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        x: Tensor<'g>,
+        residual: Tensor<'g>,
+        gate: Option<Tensor<'g>>,
+    ) -> Tensor<'g> {
+        if let Some(y) = g.linear_then(self.weight, x, self.bias, Then::Residual(residual, gate)) {
+            return y;
+        }
+        let y = self.forward(g, x);
+        g.add(residual, gate.map_or(y, |gate| g.mul(y, gate)))
     }
 }

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use super::cache::{CacheStores, NamedCache};
 use super::weights::{AdapterTensors, ModelWeights, Param};
 use crate::dtype::DType;
-use crate::ggml::{AttentionPrecision, Backend, Context, CpuKernels, Graph, Tensor};
+use crate::ggml::{AttentionPrecision, Backend, Context, CpuKernels, Graph, Tensor, Then};
 use crate::tensor::Ne;
 
 pub(crate) enum InputData {
@@ -170,6 +170,24 @@ impl<'g> GraphCtx<'g> {
             .weights
             .expect("graph built without weights used a weight");
         w.tensor(p)
+    }
+
+    /// `x W^T (+ bias)` of `Linear` weight `p`, finished by `then` inside the product (the
+    /// blocked CPU kernels), when they take it and the weight has no run-time adapter (which
+    /// must be added before the finish); `None` otherwise: the caller builds the ops.
+    pub fn linear_then(
+        &self,
+        p: Param,
+        x: Tensor<'g>,
+        bias: Option<Param>,
+        then: Then<'g>,
+    ) -> Option<Tensor<'g>> {
+        if self.weights.is_some_and(|w| w.adapter(p).is_some()) {
+            return None;
+        }
+        let bias = bias.map(|b| self.param(b));
+        self.cpu_kernels?
+            .linear_then(self.ctx, self.param(p), x, bias, then)
     }
 
     /// `y` (the product of `Linear` weight `p` with `x`) plus the product of its run-time

@@ -6,6 +6,7 @@ use std::ops::Range;
 use std::os::raw::{c_int, c_void};
 
 use super::claims::{Claims, Pieces, PIECES_PER_THREAD};
+use super::finish::Finish;
 use super::pack::{self, Rows};
 use super::prefetch::WeightLines;
 use super::q8;
@@ -30,6 +31,8 @@ struct Product<'a> {
     bias: Option<&'a [f32]>,
     /// Added to the output (a LoRA's up-projection added to the layer's own output).
     addend: Option<&'a [f32]>,
+    /// Applied to each tile after its last k-block.
+    finish: Finish<'a>,
     y: *mut f32,
     k: usize,
     m: usize,
@@ -41,7 +44,8 @@ struct Product<'a> {
 /// # Safety
 /// `dst` is that node: `src[0]` contiguous f32 activations, `src[1]` a contiguous 2-D weight
 /// of the type its kind names, `src[2]` null or an f32 bias, `src[3]` null or an f32 addend of
-/// the output's shape, all allocated in host memory.
+/// the output's shape (with a residual finish: the residual), `src[4]` null or the gate of a
+/// residual finish, all allocated in host memory.
 pub(super) unsafe extern "C" fn compute(
     dst: *mut sys::ggml_tensor,
     _ith: c_int,
@@ -65,19 +69,41 @@ impl Product<'_> {
     /// # Safety
     /// As for [`compute`].
     unsafe fn from_node(dst: &sys::ggml_tensor) -> Option<Self> {
-        let (x, w, b, a) = (dst.src[0], dst.src[1], dst.src[2], dst.src[3]);
+        let (x, w, b, a, g) = (dst.src[0], dst.src[1], dst.src[2], dst.src[3], dst.src[4]);
         // SAFETY: the node's sources are live tensors (the contract of `compute`).
         let (w, x) = unsafe { (&*w, &*x) };
         // SAFETY: as above.
         let (w, k, m) = unsafe { weights_of(w) }?;
         let n = (x.ne[1] * x.ne[2] * x.ne[3]) as usize;
         // SAFETY: contiguous allocated tensors of these element counts and types.
+        let (addend, gate) = unsafe {
+            (
+                (!a.is_null()).then(|| std::slice::from_raw_parts((*a).data.cast(), m * n)),
+                (!g.is_null()).then(|| {
+                    std::slice::from_raw_parts((*g).data.cast(), m * n / x.ne[1] as usize)
+                }),
+            )
+        };
+        let (addend, finish) = match dst.op_params[super::PARAM_FINISH] {
+            super::FINISH_GELU => (None, Finish::GeluTanh),
+            super::FINISH_RESIDUAL => (
+                None,
+                Finish::Residual {
+                    residual: addend?,
+                    gate,
+                    tokens_per_gate: x.ne[1] as usize,
+                },
+            ),
+            _ => (addend, Finish::None),
+        };
+        // SAFETY: contiguous allocated tensors of these element counts and types.
         unsafe {
             Some(Self {
                 w,
                 x: std::slice::from_raw_parts(x.data.cast(), k * n),
                 bias: (!b.is_null()).then(|| std::slice::from_raw_parts((*b).data.cast(), m)),
-                addend: (!a.is_null()).then(|| std::slice::from_raw_parts((*a).data.cast(), m * n)),
+                addend,
+                finish,
                 y: dst.data.cast(),
                 k,
                 m,
@@ -205,33 +231,54 @@ impl Product<'_> {
                     // kernel's instructions; the strip's rows and the panel hold `depth`
                     // elements each; the tile lies inside this thread's part of the output.
                     unsafe {
-                        match self.w {
-                            Weights::Bf16(_) if amx => super::amx::tile_bf16(
-                                NR,
-                                depth,
-                                s.x.u32s_ro((r0 - rows.start) * depth),
-                                depth,
-                                s.w.u32s_ro(ws),
-                                &tile,
-                            ),
-                            Weights::Bf16(_) => super::kernels::tile_bf16(
-                                depth,
-                                s.x.u32s_ro((r0 - rows.start) * depth),
-                                depth,
-                                s.w.u32s_ro(ws),
-                                &tile,
-                            ),
-                            _ => super::dispatch::tile_f32(
+                        self.tile(amx, tiles, (r0, rows, k0), depth, s, ws, &tile);
+                        if last {
+                            self.finish.apply(
                                 tiles,
-                                depth,
-                                self.x[r0 * self.k + k0..].as_ptr(),
-                                self.k,
-                                s.w.f32s_ro(ws),
-                                &tile,
-                            ),
+                                self.y,
+                                self.m,
+                                r0..r0 + tile.rows,
+                                c0..c0 + tile.cols,
+                            );
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// One tile's products over this k-block.
+    ///
+    /// # Safety
+    /// As in [`Product::k_block`], which calls it.
+    unsafe fn tile(
+        &self,
+        amx: bool,
+        tiles: super::Tiles,
+        (r0, rows, k0): (usize, &Range<usize>, usize),
+        depth: usize,
+        s: &Scratch,
+        ws: usize,
+        tile: &super::kernels::Tile,
+    ) {
+        let x = (r0 - rows.start) * depth;
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self.w {
+                Weights::Bf16(_) if amx => {
+                    super::amx::tile_bf16(NR, depth, s.x.u32s_ro(x), depth, s.w.u32s_ro(ws), tile)
+                }
+                Weights::Bf16(_) => {
+                    super::kernels::tile_bf16(depth, s.x.u32s_ro(x), depth, s.w.u32s_ro(ws), tile)
+                }
+                _ => super::dispatch::tile_f32(
+                    tiles,
+                    depth,
+                    self.x[r0 * self.k + k0..].as_ptr(),
+                    self.k,
+                    s.w.f32s_ro(ws),
+                    tile,
+                ),
             }
         }
     }
@@ -286,7 +333,9 @@ impl Product<'_> {
         kc: usize,
         s: &mut Scratch,
     ) {
-        let (Weights::Q8_0(bytes), Some(kernel)) = (self.w, super::q8_kernel()) else {
+        let (Weights::Q8_0(bytes), Some(kernel), Some(tiles)) =
+            (self.w, super::q8_kernel(), super::tiles())
+        else {
             return;
         };
         let (b0, nb) = (k0 / q8::QK, kc / q8::QK);
@@ -335,6 +384,10 @@ impl Product<'_> {
                             super::Q8Kernel::Vnni256(v) => {
                                 super::q8_avx2::tile(v, nb, xq, nb * 8, xd, nb, wp, &tile)
                             }
+                        }
+                        if last {
+                            let (rows, cols) = (r0..r0 + tile.rows, c0..c0 + tile.cols);
+                            self.finish.apply(tiles, self.y, self.m, rows, cols);
                         }
                     }
                 }
@@ -395,6 +448,7 @@ pub(super) unsafe fn product_on_this_thread(
         x,
         bias,
         addend: None,
+        finish: Finish::None,
         y,
         k,
         m,

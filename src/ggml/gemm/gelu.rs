@@ -64,14 +64,23 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
             let (at, len) = (c * CHUNK, CHUNK.min(n - c * CHUNK));
             // SAFETY: elements at..at + len of both tensors; this thread claimed them; the
             // CPU has `tiles`' instructions.
-            unsafe {
-                match tiles {
-                    Tiles::Avx512 => gelu_tanh_row(x.add(at), out.add(at), len),
-                    Tiles::Avx2 => avx2_rows::gelu_tanh_row(x.add(at), out.add(at), len),
-                }
-            }
+            unsafe { gelu_tanh_of(tiles, x.add(at), out.add(at), len) }
         }
     });
+}
+
+/// `out[j] = gelu_tanh(x[j])` for `n` elements (`out` may be `x`) on `tiles`' lanes.
+///
+/// # Safety
+/// The CPU has `tiles`' instructions; `x` holds `n` floats, `out` room for as many.
+pub(super) unsafe fn gelu_tanh_of(tiles: Tiles, x: *const f32, out: *mut f32, n: usize) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        match tiles {
+            Tiles::Avx512 => gelu_tanh_row(x, out, n),
+            Tiles::Avx2 => avx2_rows::gelu_tanh_row(x, out, n),
+        }
+    }
 }
 
 /// `out[j] = gelu_tanh(x[j])` for `n` elements (`out` may be `x`).

@@ -41,6 +41,8 @@ mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod driver;
 #[cfg(target_arch = "x86_64")]
+mod finish;
+#[cfg(target_arch = "x86_64")]
 mod geglu;
 #[cfg(target_arch = "x86_64")]
 mod gelu;
@@ -300,6 +302,34 @@ impl CpuKernels {
         bias: Option<Tensor<'c>>,
         addend: Option<Tensor<'c>>,
     ) -> Option<Tensor<'c>> {
+        self.product(ctx, [w, x], bias, addend.map(Then::Add))
+    }
+
+    /// [`CpuKernels::linear`] followed by `then`, applied to each output tile as its sums
+    /// complete (see [`Then`]); the same results as the separate ops.
+    pub fn linear_then<'c>(
+        self,
+        ctx: &'c Context,
+        w: Tensor<'c>,
+        x: Tensor<'c>,
+        bias: Option<Tensor<'c>>,
+        then: Then<'c>,
+    ) -> Option<Tensor<'c>> {
+        self.product(ctx, [w, x], bias, Some(then))
+    }
+
+    fn product<'c>(
+        self,
+        ctx: &'c Context,
+        [w, x]: [Tensor<'c>; 2],
+        bias: Option<Tensor<'c>>,
+        then: Option<Then<'c>>,
+    ) -> Option<Tensor<'c>> {
+        let (addend, gate) = match then {
+            Some(Then::Add(a)) | Some(Then::Residual(a, None)) => (Some(a), None),
+            Some(Then::Residual(a, Some(g))) => (Some(a), Some(g)),
+            Some(Then::GeluTanh) | None => (None, None),
+        };
         let kind = WeightKind::of(w.ty()).filter(|k| k.supported())?;
         let [k, m, w2, w3] = w.ne();
         let xn = x.ne();
@@ -319,6 +349,9 @@ impl CpuKernels {
             })
             && addend.is_none_or(|a| {
                 a.ty() == DType::F32 && a.is_contiguous() && a.ne() == [m, xn[1], xn[2], xn[3]]
+            })
+            && gate.is_none_or(|g| {
+                g.ty() == DType::F32 && g.is_contiguous() && g.ne() == [m, 1, xn[2], xn[3]]
             });
         if !shapes_ok {
             return None;
@@ -327,16 +360,18 @@ impl CpuKernels {
         // view (a reshaped conv kernel, a slice of a fused weight) listed first would be
         // scheduled before everything the activations depend on, into an early graph-cut
         // segment, which would then hold that weight.
-        let mut args = [
-            x.raw(),
-            w.raw(),
-            bias.map_or(std::ptr::null_mut(), |b| b.raw()),
-            addend.map_or(std::ptr::null_mut(), |a| a.raw()),
-        ];
-        let n_args = match (bias, addend) {
-            (_, Some(_)) => 4,
-            (Some(_), None) => 3,
-            (None, None) => 2,
+        let raw = |t: Option<Tensor<'c>>| t.map_or(std::ptr::null_mut(), |t| t.raw());
+        let mut args = [x.raw(), w.raw(), raw(bias), raw(addend), raw(gate)];
+        let n_args = match (bias, addend, gate) {
+            (_, _, Some(_)) => 5,
+            (_, Some(_), None) => 4,
+            (Some(_), None, None) => 3,
+            (None, None, None) => 2,
+        };
+        let finish = match then {
+            Some(Then::GeluTanh) => FINISH_GELU,
+            Some(Then::Residual(..)) => FINISH_RESIDUAL,
+            Some(Then::Add(_)) | None => FINISH_ADD,
         };
         // SAFETY: live tensors of this context; `driver::compute` reads exactly the sources
         // set here and writes the f32 [m, n, b2, b3] result ggml allocates for the node.
@@ -355,9 +390,31 @@ impl CpuKernels {
                 std::ptr::null_mut(),
             )
         };
+        // SAFETY: `out` was just made; the slot lies past ggml's custom-op parameters.
+        unsafe { (*out).op_params[PARAM_FINISH] = finish };
         Some(ctx.wrap(out))
     }
 }
+
+/// What a product node does with each output tile once its sums are complete
+/// ([`CpuKernels::linear_then`]).
+#[derive(Clone, Copy)]
+pub enum Then<'c> {
+    /// `addend + y`, the addend (laid out like the output) added as the tiles are first
+    /// written.
+    Add(Tensor<'c>),
+    /// `gelu(y, approximate = "tanh")`.
+    GeluTanh,
+    /// `residual + gate ⊙ y` (or `residual + y`): the residual laid out like the output, the
+    /// gate [m, 1, b2, b3] (one row per batch item, as adaLN's gates).
+    Residual(Tensor<'c>, Option<Tensor<'c>>),
+}
+
+/// Where a product node keeps its finish, and its values.
+const PARAM_FINISH: usize = PARAM_BASE;
+const FINISH_ADD: i32 = 0;
+const FINISH_GELU: i32 = 1;
+const FINISH_RESIDUAL: i32 = 2;
 
 /// The body of a custom op: ggml calls it on each of its threads with the node.
 type OpBody = unsafe extern "C" fn(*mut sys::ggml_tensor, c_int, c_int, *mut std::ffi::c_void);
@@ -485,6 +542,8 @@ impl CpuKernels {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod avx2_tests;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod finish_tests;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod fused_tests;
 #[cfg(all(test, target_arch = "x86_64"))]

@@ -20,7 +20,7 @@ pub(super) fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn to_bytes(values: &[f32], ty: DType, k: usize) -> Vec<u8> {
+pub(super) fn to_bytes(values: &[f32], ty: DType, k: usize) -> Vec<u8> {
     match ty {
         DType::Q8_0 => quantize_rows(ty, values, k).expect("quantize"),
         DType::F16 => values

@@ -181,18 +181,16 @@ impl Block {
         let h = modulate(x, 0, 1);
         let qkv = self.qkv.forward(g, h);
         let attn = nn::attention(g, qkv[0], qkv[1], qkv[2], self.heads, None);
-        let x = g.add(x, g.mul(self.attn_out.forward(g, attn), row(2)));
+        let x = self.attn_out.forward_onto(g, attn, x, Some(row(2)));
 
         // No norm before cross-attention (PixArt's ada_norm_single block).
         let q = self.cross_q.forward(g, x);
         let kv = self.cross_kv.forward(g, context);
         let cross = nn::attention(g, q, kv[0], kv[1], self.heads, mask);
-        let x = g.add(x, self.cross_out.forward(g, cross));
+        let x = self.cross_out.forward_onto(g, cross, x, None);
 
         let h = modulate(x, 3, 4);
-        let h = self
-            .ff2
-            .forward(g, nn::gelu_tanh(g, self.ff1.forward(g, h)));
-        g.add(x, g.mul(h, row(5)))
+        let h = self.ff1.forward_gelu_tanh(g, h);
+        self.ff2.forward_onto(g, h, x, Some(row(5)))
     }
 }
