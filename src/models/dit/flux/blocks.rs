@@ -258,12 +258,10 @@ impl DoubleBlock {
         let n = x.ne()[1];
         let (at, ai) = (columns(g, a, 0, l), columns(g, a, l, n));
         let finish = |s: &Stream, x: Tensor<'g>, a: Tensor<'g>, m: &[Tensor<'g>]| {
-            let x = g.add(x, g.mul(s.proj.forward(g, a), m[2]));
+            let x = s.proj.forward_onto(g, a, x, Some(m[2]));
             let h = modulate(g, x, m[3], m[4], NORM_EPS);
-            let f = s
-                .mlp_out
-                .forward(g, nn::gelu_tanh(g, s.mlp_in.forward(g, h)));
-            g.add(x, g.mul(f, m[5]))
+            let f = s.mlp_in.forward_gelu_tanh(g, h);
+            s.mlp_out.forward_onto(g, f, x, Some(m[5]))
         };
         (finish(&self.img, x, ai, im), finish(&self.txt, ctx, at, tm))
     }
@@ -366,6 +364,6 @@ impl SingleBlock {
         let mask = mask.map(nn::AttentionMask);
         let a = nn::attention(g, q, k, v, c.heads, mask.as_ref());
         let cat = g.concat(a, nn::gelu_tanh(g, mlp), 0);
-        g.add(x, g.mul(self.out.forward(g, cat), m[2]))
+        self.out.forward_onto(g, cat, x, Some(m[2]))
     }
 }

@@ -168,14 +168,14 @@ impl Block {
     /// Output projection, gated residuals and the gated SwiGLU branch.
     fn finish<'g>(&self, g: &'g GraphCtx<'g>, grp: Group<'g>, attn: Tensor<'g>) -> Tensor<'g> {
         let m = grp.modulation;
-        let x = g.add(grp.x, g.mul(self.to_out.forward(g, attn), m.gate1));
+        let x = self.to_out.forward_onto(g, attn, grp.x, Some(m.gate1));
         let h = g.mul(LayerNorm::plain(NORM_EPS).forward(g, x), m.scale2);
         let inner = match self.ffn {
             Ffn::Split { proj, gate } => g.mul(g.silu(gate.forward(g, h)), proj.forward(g, h)),
             // ggml's swiglu: silu(first half) · second half, the fused layout's order.
             Ffn::Fused { gate_up } => g.swiglu(gate_up.forward(g, h)),
         };
-        g.add(x, g.mul(self.ffn_out.forward(g, inner), m.gate2))
+        self.ffn_out.forward_onto(g, inner, x, Some(m.gate2))
     }
 }
 

@@ -261,31 +261,30 @@ impl JointBlock {
             None,
         );
         let (ax, ac) = (columns(g, a, 0, n), columns(g, a, n, l));
-        let proj = |s: &Stream, a| s.attn.out.expect("output projection").forward(g, a);
+        // residual + gate ⊙ out(a): one op on the CPU.
+        let proj = |s: &Stream, a, residual, gate| {
+            let out = s.attn.out.expect("output projection");
+            out.forward_onto(g, a, residual, Some(gate))
+        };
         let x_in = x;
-        let mut x = g.add(x, g.mul(proj(&self.x, ax), xm[2]));
+        let mut x = proj(&self.x, ax, x, xm[2]);
         if let Some(attn2) = &self.attn2 {
             // SD3.5 medium: a second attention over the image alone, modulated from the
             // block's input.
             let [q, k, v] = attn2.qkv(g, modulate(g, x_in, xm[6], xm[7], NORM_EPS), c);
             let a2 = nn::attention(g, q, k, v, c.heads, None);
-            let out = attn2.out.expect("output projection").forward(g, a2);
-            x = g.add(x, g.mul(out, xm[8]));
+            let out = attn2.out.expect("output projection");
+            x = out.forward_onto(g, a2, x, Some(xm[8]));
         }
-        let ff = |s: &Stream, h| {
+        // residual + gate ⊙ fc2(gelu(fc1(h))).
+        let ff = |s: &Stream, h, residual, gate| {
             let (fc1, fc2) = s.mlp.expect("feed-forward");
-            fc2.forward(g, nn::gelu_tanh(g, fc1.forward(g, h)))
+            fc2.forward_onto(g, fc1.forward_gelu_tanh(g, h), residual, Some(gate))
         };
-        x = g.add(
-            x,
-            g.mul(ff(&self.x, modulate(g, x, xm[3], xm[4], NORM_EPS)), xm[5]),
-        );
+        x = ff(&self.x, modulate(g, x, xm[3], xm[4], NORM_EPS), x, xm[5]);
         let ctx = cm.map(|cm| {
-            let t = g.add(ctx, g.mul(proj(&self.ctx, ac), cm[2]));
-            g.add(
-                t,
-                g.mul(ff(&self.ctx, modulate(g, t, cm[3], cm[4], NORM_EPS)), cm[5]),
-            )
+            let t = proj(&self.ctx, ac, ctx, cm[2]);
+            ff(&self.ctx, modulate(g, t, cm[3], cm[4], NORM_EPS), t, cm[5])
         });
         (x, ctx)
     }
