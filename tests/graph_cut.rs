@@ -118,6 +118,16 @@ impl PixArtCase {
     }
 
     fn call(&self, model: &PixArt, runner: &Runner) -> Result<Vec<HostTensor>, RunnerError> {
+        self.call_cached(model, runner, None)
+    }
+
+    /// A call keeping the caption's cross-attention K/V in the runner's cache under `key`.
+    fn call_cached(
+        &self,
+        model: &PixArt,
+        runner: &Runner,
+        key: Option<&str>,
+    ) -> Result<Vec<HostTensor>, RunnerError> {
         let x = tiled(&tensor(&self.case, "in.x"), self.k);
         let t = tensor(&self.case, "in.t");
         let ctx = tensor(&self.case, "in.context");
@@ -131,7 +141,7 @@ impl PixArtCase {
                 context_mask: Some(g.input_f32("mask", mask.ne, mask.data.clone())),
                 micro: None,
             };
-            let y = model.forward(g, &inputs, pos);
+            let y = model.forward_cached(g, &inputs, pos, key);
             vec![y, model.noise_prediction(g, y)]
         })
     }
@@ -304,6 +314,30 @@ fn pixart_offloaded_without_budget_uploads_once() {
     assert_eq!(runner.resident_weight_bytes(), 0);
     let third = case.call(&model, &runner).unwrap();
     exact("pixart after releasing weights", &plain, &third);
+}
+
+/// The caption's cross-attention K/V kept in the runner's cache (stored by the first call,
+/// read by the next) in forced segments with offloaded weights: every call equals the
+/// monolithic run without a cache.
+#[test]
+fn pixart_segmented_cross_cache_matches_monolithic() {
+    let case = PixArtCase::new(2);
+    let (plain, _) = case.run(Mode::default()).unwrap();
+    let (model, runner) = case.runner(Mode {
+        offload: true,
+        force: true,
+        ..Mode::default()
+    });
+    for call in 0..3 {
+        let got = case.call_cached(&model, &runner, Some("cross")).unwrap();
+        assert!(runner.last_report().unwrap().segmented);
+        assert!(runner.has_cache("cross.0.k") && runner.has_cache("cross.1.v"));
+        exact(
+            &format!("pixart cached cross K/V, call {call}"),
+            &plain,
+            &got,
+        );
+    }
 }
 
 #[test]

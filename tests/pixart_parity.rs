@@ -27,6 +27,9 @@ struct Run {
     flash: bool,
     /// The blocked CPU kernels (else ggml's own).
     blocked: bool,
+    /// Two calls keeping the caption's cross-attention K/V in the runner's cache: the
+    /// second reads them (its output is the one checked; both must agree to the bit).
+    cached: bool,
 }
 
 const FULL: Run = Run {
@@ -34,7 +37,10 @@ const FULL: Run = Run {
     micro: true,
     flash: false,
     blocked: true,
+    cached: false,
 };
+
+const CROSS_KEY: &str = "test.cross";
 
 /// Runs the model whose weights are `weights` (under `w.`) on the inputs of `case`.
 fn run(case: &TensorStore, weights: &TensorStore, opts: Run) -> (PixArtConfig, HostTensor) {
@@ -54,8 +60,9 @@ fn run(case: &TensorStore, weights: &TensorStore, opts: Run) -> (PixArtConfig, H
     let sizes: Option<Vec<(f32, f32)>> =
         res.map(|r| r.data.chunks(2).map(|hw| (hw[0], hw[1])).collect());
     let pos = PosEmbedParams::for_sample_size(8, config.patch_size);
-    let out = runner_with_kernels(Some(w), backend, opts.flash, opts.blocked)
-        .compute(|g| {
+    let runner = runner_with_kernels(Some(w), backend, opts.flash, opts.blocked);
+    let step = |ctx: &HostTensor| {
+        runner.compute(|g| {
             let inputs = PixArtInputs {
                 x: g.input_f32("x", x.ne, x.data.clone()),
                 timesteps: g.input_f32("t", t.ne, t.data.clone()),
@@ -68,10 +75,45 @@ fn run(case: &TensorStore, weights: &TensorStore, opts: Run) -> (PixArtConfig, H
                     .filter(|_| opts.micro)
                     .map(|s| MicroConditions::inputs(g, s)),
             };
-            let y = model.forward(g, &inputs, pos);
+            let y = model.forward_cached(g, &inputs, pos, opts.cached.then_some(CROSS_KEY));
             vec![y, model.noise_prediction(g, y)]
         })
-        .unwrap();
+    };
+    let mut out = step(&ctx).unwrap();
+    if opts.cached {
+        let layers = config.layers;
+        for name in [
+            format!("{CROSS_KEY}.0.k"),
+            format!("{CROSS_KEY}.{}.v", layers - 1),
+        ] {
+            let (_, ne) = runner.cache_info(&name).expect("stored by the first call");
+            assert_eq!(ne, [config.hidden_size, ctx.ne[1], ctx.ne[2], 1], "{name}");
+        }
+        let again = step(&ctx).unwrap();
+        let same = |a: &HostTensor, b: &HostTensor| {
+            a.data
+                .iter()
+                .zip(&b.data)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        };
+        assert!(
+            same(&again[0], &out[0]),
+            "the call reading the cached K/V differs from the one that stored them"
+        );
+        // The caption is not read again while the cache holds its K/V (the caller clears
+        // the entries when it changes).
+        let blank = HostTensor::new(ctx.ne, vec![0.0; ctx.data.len()]).unwrap();
+        assert!(
+            same(&step(&blank).unwrap()[0], &out[0]),
+            "the cached K/V were not used"
+        );
+        runner.clear_cache(CROSS_KEY);
+        assert!(
+            !same(&step(&blank).unwrap()[0], &out[0]),
+            "a blank caption changes nothing"
+        );
+        out = again;
+    }
     // The noise prediction is the first in_channels of the full output.
     let [w_, h_, _, b_] = out[0].ne;
     let plane = w_ * h_;
@@ -119,6 +161,17 @@ fn sigma_diffusers_layout_matches_diffusers() {
         }
     );
     assert!(c.learned_sigma());
+}
+
+#[test]
+fn cached_cross_attention_matches_diffusers() {
+    let cached = Run {
+        cached: true,
+        ..FULL
+    };
+    check("sigma", "sigma", cached, TOL);
+    check("sigma", "sigma_original", cached, TOL);
+    check("alpha_ms", "alpha_ms", cached, TOL);
 }
 
 #[test]

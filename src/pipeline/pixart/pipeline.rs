@@ -232,7 +232,7 @@ impl PixArtPipeline {
                     MicroConditions::inputs(g, &vec![(image.1 as f32, image.0 as f32); batch])
                 }),
             };
-            let out = dit.forward(g, &inputs, self.pos);
+            let out = dit.forward_cached(g, &inputs, self.pos, Some(CROSS_CACHE));
             vec![dit.noise_prediction(g, out)]
         })?;
         Ok(out.into_iter().next().map(|t| t.data).unwrap_or_default())
@@ -318,8 +318,12 @@ impl PixArtPipeline {
         if let Some(p) = &job.preview {
             p.check("PixArt");
         }
-        let (latent, steps) =
-            denoise(model, self.prediction, &self.schedule, job, (lw, lh, lat_c))?;
+        // The caption's cross-attention keys and values, computed by the first step and
+        // read by the others; this sample's own (freed before the VAE runs).
+        self.dit.runner.clear_cache(CROSS_CACHE);
+        let denoised = denoise(model, self.prediction, &self.schedule, job, (lw, lh, lat_c));
+        self.dit.runner.clear_cache(CROSS_CACHE);
+        let (latent, steps) = denoised?;
         let mib = |b: usize| b as f64 / 1048576.0;
         let (t5, dit) = (&self.t5.runner, &self.dit.runner);
         log::debug!(
@@ -341,6 +345,9 @@ impl PixArtPipeline {
         self.vae.decode_vae_latent(z, tiling)
     }
 }
+
+/// The DiT runner's cache entries of the caption's cross-attention keys and values.
+const CROSS_CACHE: &str = "pixart.cross";
 
 /// The transformer as the guided denoiser's model: cond and uncond in one batch.
 struct PixArtModel<'a> {

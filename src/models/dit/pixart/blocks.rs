@@ -157,14 +157,21 @@ impl Block {
         })
     }
 
+    /// The cross-attention's keys and values [D, n_txt, B] of the projected caption
+    /// `context` [D, n_txt, B]: the same at every sampling step.
+    pub fn cross_kv<'g>(&self, g: &'g GraphCtx<'g>, context: Tensor<'g>) -> [Tensor<'g>; 2] {
+        let kv = self.cross_kv.forward(g, context);
+        [kv[0], kv[1]]
+    }
+
     /// x: [D, N, B] image tokens; t_mod: [D, 6, B] shared adaLN-single output;
-    /// context: [D, n_txt, B] projected caption; mask: additive caption-key bias.
+    /// kv: [`Block::cross_kv`] of the caption; mask: additive caption-key bias.
     pub fn forward<'g>(
         &self,
         g: &'g GraphCtx<'g>,
         x: Tensor<'g>,
         t_mod: Tensor<'g>,
-        context: Tensor<'g>,
+        [k, v]: [Tensor<'g>; 2],
         mask: Option<&AttentionMask<'g>>,
     ) -> Tensor<'g> {
         let m = g.add(t_mod, g.param(self.table));
@@ -185,8 +192,7 @@ impl Block {
 
         // No norm before cross-attention (PixArt's ada_norm_single block).
         let q = self.cross_q.forward(g, x);
-        let kv = self.cross_kv.forward(g, context);
-        let cross = nn::attention(g, q, kv[0], kv[1], self.heads, mask);
+        let cross = nn::attention(g, q, k, v, self.heads, mask);
         let x = self.cross_out.forward_onto(g, cross, x, None);
 
         let h = modulate(x, 3, 4);

@@ -69,6 +69,14 @@ pub struct PixArtInputs<'g> {
     pub micro: Option<MicroConditions<'g>>,
 }
 
+/// Where a call's cross-attention keys and values come from.
+enum CrossKv<'g> {
+    /// Stored by an earlier call, per layer.
+    Cached(Vec<[Tensor<'g>; 2]>),
+    /// The projected caption [D, n_txt, B].
+    Caption(Tensor<'g>),
+}
+
 /// A PixArt transformer: weight handles and sizes.
 #[derive(Clone, Debug)]
 pub struct PixArt {
@@ -132,6 +140,21 @@ impl PixArt {
         inputs: &PixArtInputs<'g>,
         pos: PosEmbedParams,
     ) -> Tensor<'g> {
+        self.forward_cached(g, inputs, pos, None)
+    }
+
+    /// [`PixArt::forward`], keeping the cross-attention's keys and values of the caption in
+    /// the runner's cache under `cross_cache` (entries `{cross_cache}.{layer}.k` / `.v`): the
+    /// first call computes and stores them, later ones (the sampler's next steps, the same
+    /// caption) read them instead of projecting the caption again, ~3.5 % of a PixArt XL
+    /// step at 300 caption tokens. The caller clears the entries when the caption changes.
+    pub fn forward_cached<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        inputs: &PixArtInputs<'g>,
+        pos: PosEmbedParams,
+        cross_cache: Option<&str>,
+    ) -> Tensor<'g> {
         let c = &self.config;
         let d = c.hidden_size;
         let p = c.patch_size;
@@ -147,8 +170,8 @@ impl PixArt {
 
         let emb = self.timestep_embedding(g, inputs);
         let t_mod = g.reshape(self.t_block.forward(g, g.silu(emb)), [d, 6, batch, 1]);
-        let context = self.caption.forward(g, inputs.context);
-        let n_txt = context.ne()[1];
+        let [_, n_txt, ctx_batch, _] = inputs.context.ne();
+        let cross = self.cross_kv(g, inputs.context, [d, n_txt, ctx_batch, 1], cross_cache);
         let mask = inputs.context_mask.map(|keep| {
             // keep 1 -> 0, keep 0 -> -10000; one row per image query.
             let bias = g.scale_bias(keep, -MASKED_KEY_BIAS, MASKED_KEY_BIAS);
@@ -158,8 +181,22 @@ impl PixArt {
         });
 
         for (i, block) in self.blocks.iter().enumerate() {
-            x = block.forward(g, x, t_mod, context, mask.as_ref());
-            x = g.cut(&format!("pixart.blocks.{i}"), "x", x);
+            let group = format!("pixart.blocks.{i}");
+            let kv = match &cross {
+                CrossKv::Cached(kv) => kv[i],
+                CrossKv::Caption(context) => {
+                    let [k, v] = block.cross_kv(g, *context);
+                    match cross_cache {
+                        Some(key) => [("k", k), ("v", v)].map(|(name, t)| {
+                            let stored = g.cache_store(&format!("{key}.{i}.{name}"), t);
+                            g.cut(&group, name, stored)
+                        }),
+                        None => [k, v],
+                    }
+                }
+            };
+            x = block.forward(g, x, t_mod, kv, mask.as_ref());
+            x = g.cut(&group, "x", x);
         }
 
         // Final layer: (table + raw t_emb) -> shift, scale.
@@ -171,6 +208,30 @@ impl PixArt {
         let x = g.add(g.mul(g.norm(x, NORM_EPS), scale), shift);
         let y = self.proj_out.forward(g, x); // [p*p*out, N, B], vector = [p_row][p_col][c]
         self.unpatchify(g, y, wp, hp, batch)
+    }
+
+    /// Every layer's cached cross-attention keys and values under `key` when all are there
+    /// with shape `ne`, else the projected caption to compute them from.
+    fn cross_kv<'g>(
+        &self,
+        g: &'g GraphCtx<'g>,
+        caption: Tensor<'g>,
+        ne: [usize; 4],
+        key: Option<&str>,
+    ) -> CrossKv<'g> {
+        let cached: Option<Vec<[Tensor<'g>; 2]>> = key.and_then(|key| {
+            (0..self.blocks.len())
+                .map(|i| {
+                    let [k, v] = ["k", "v"].map(|n| g.cache_get(&format!("{key}.{i}.{n}")));
+                    let (k, v) = (k?, v?);
+                    (k.ne() == ne && v.ne() == ne).then_some([k, v])
+                })
+                .collect()
+        });
+        match cached {
+            Some(kv) => CrossKv::Cached(kv),
+            None => CrossKv::Caption(self.caption.forward(g, caption)),
+        }
     }
 
     /// The first `in_channels` of a learned-sigma prediction (a view), else `out` itself.
