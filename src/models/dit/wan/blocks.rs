@@ -6,6 +6,7 @@ use crate::ggml::Tensor;
 use crate::nn::{self, LayerNorm, Linear, RmsNorm, RopeLayout};
 use crate::runner::{GraphCtx, Param, RunnerError, Storage, WeightBuilder};
 
+use super::super::adaln;
 use super::config::{WanConfig, NORM_EPS};
 use super::names::AttnNames;
 
@@ -38,18 +39,17 @@ fn grouped<'g>(g: &'g GraphCtx<'g>, y: Tensor<'g>, f: usize) -> Tensor<'g> {
     g.reshape(y, [d, n / f, f, 1])
 }
 
-/// `LN(x)·(1 + scale) + shift` for x [D, N] and rows [D, 1, F].
+/// `LN(x)·(1 + scale) + shift` for x [D, N] and rows [D, 1, F] (one op on the CPU: the norm
+/// is per token, so the tokens are grouped per timestep first).
 pub(super) fn modulate<'g>(
     g: &'g GraphCtx<'g>,
     x: Tensor<'g>,
     shift: Tensor<'g>,
     scale: Tensor<'g>,
 ) -> Tensor<'g> {
-    let ne = x.ne();
     let f = shift.ne()[2];
-    let y = grouped(g, LayerNorm::plain(NORM_EPS).forward(g, x), f);
-    let y = g.add(g.mul(y, g.scale_bias(scale, 1.0, 1.0)), shift);
-    g.reshape(y, ne)
+    let y = adaln::modulate(g, grouped(g, x, f), shift, scale, NORM_EPS);
+    g.reshape(y, x.ne())
 }
 
 /// `x + y·gate` for x, y [D, N] and gate [D, 1, F].
@@ -61,6 +61,20 @@ fn gated_add<'g>(
 ) -> Tensor<'g> {
     let f = gate.ne()[2];
     g.add(x, g.reshape(g.mul(grouped(g, y, f), gate), x.ne()))
+}
+
+/// `x + out(h)·gate` for x [D, N], h [in, N] and gate [D, 1, F]: the output projection onto
+/// the residual in one op on the CPU.
+fn gated_linear<'g>(
+    g: &'g GraphCtx<'g>,
+    out: &Linear,
+    h: Tensor<'g>,
+    x: Tensor<'g>,
+    gate: Tensor<'g>,
+) -> Tensor<'g> {
+    let f = gate.ne()[2];
+    let y = out.forward_onto(g, grouped(g, h, f), grouped(g, x, f), Some(gate));
+    g.reshape(y, x.ne())
 }
 
 /// Row `k` of a [D, R, F] tensor as a contiguous [D, 1, F].
@@ -234,9 +248,7 @@ impl Block {
         let x = g.add(x, a);
 
         let h = modulate(g, x, m[3], m[4]);
-        let f = self
-            .ffn_out
-            .forward(g, nn::gelu_tanh(g, self.ffn_in.forward(g, h)));
-        gated_add(g, x, f, m[5])
+        let h = self.ffn_in.forward_gelu_tanh(g, h);
+        gated_linear(g, &self.ffn_out, h, x, m[5])
     }
 }
