@@ -231,7 +231,7 @@ impl Product<'_> {
                     // kernel's instructions; the strip's rows and the panel hold `depth`
                     // elements each; the tile lies inside this thread's part of the output.
                     unsafe {
-                        self.tile(amx, tiles, (r0, rows, k0), depth, s, ws, &tile);
+                        self.tile(amx, tiles, (r0, rows, k0), (depth, ws), s, &tile);
                         if last {
                             self.finish.apply(
                                 tiles,
@@ -256,9 +256,9 @@ impl Product<'_> {
         amx: bool,
         tiles: super::Tiles,
         (r0, rows, k0): (usize, &Range<usize>, usize),
-        depth: usize,
+        // The k-block's depth and where the panel starts in the packed weights.
+        (depth, ws): (usize, usize),
         s: &Scratch,
-        ws: usize,
         tile: &super::kernels::Tile,
     ) {
         let x = (r0 - rows.start) * depth;
