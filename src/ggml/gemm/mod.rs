@@ -21,7 +21,9 @@
 //! tiles; `conv.rs` a convolution whose patches are built a chunk at a time inside the
 //! product. Around them, ops that ggml runs as several passes or with poor thread splits:
 //! `im2col.rs` (channel-last patches), `transpose.rs`, `geglu.rs`, `gelu.rs` (tanh GELU),
-//! `norm.rs` (GroupNorm / LayerNorm with their affine parameters and SiLU).
+//! `norm.rs` (GroupNorm / LayerNorm with their affine parameters and SiLU). A product may
+//! finish its tiles itself (`finish.rs`: GELU, gated residual) and fetches the weight block it
+//! packs next while it multiplies the current one (`prefetch.rs`).
 
 // The kernels are x86-64 (AVX-512, AVX2); elsewhere the entry points below answer `None`.
 #[cfg(target_arch = "x86_64")]
@@ -318,6 +320,7 @@ impl CpuKernels {
         self.product(ctx, [w, x], bias, Some(then))
     }
 
+    /// The product node, with `then` (if any) in its sources and op parameters.
     fn product<'c>(
         self,
         ctx: &'c Context,
