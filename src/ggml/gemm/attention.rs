@@ -228,7 +228,8 @@ impl Heads<'_> {
             let k_len = self.n_kv.div_ceil(NR) * self.hd * NR;
             // SAFETY: this op is only built for CPUs with the blocked kernels (`CpuKernels`).
             unsafe {
-                pack::panels_f32(&k_rows, 0..self.n_kv, h * self.hd, self.hd, s.k.f32s(k_len))
+                let (at, strip) = ((h * self.hd, self.hd), dispatch::panel_strip(self.tiles));
+                pack::panels_f32(&k_rows, 0..self.n_kv, at, strip, s.k.f32s(k_len))
             };
         }
         // In bf16 the panels hold key pairs.
@@ -248,7 +249,8 @@ impl Heads<'_> {
                 pack::pair_panel_of_columns(v, self.dim, self.n_kv, cols, out);
             } else {
                 let out = &mut s.v.f32s(total)[at..][..len];
-                pack::panel_of_columns(v, self.dim, self.n_kv, cols, out);
+                let strip = dispatch::panel_strip(self.tiles);
+                pack::panel_of_columns(v, (self.dim, self.n_kv), cols, strip, out);
             }
         }
     }
@@ -465,9 +467,12 @@ impl Heads<'_> {
                 }
             }
         } else {
-            let panel = s.v.f32s_ro(p.offset(self.n_kv) + c0 * p.width);
+            // The chunk's first key in each of the panel's strips.
+            let strip = dispatch::panel_strip(self.tiles).min(p.width);
+            let panel = s.v.f32s_ro(p.offset(self.n_kv) + c0 * strip);
+            let shape = (p.width, self.n_kv);
             // SAFETY: `self.tiles` are this CPU's; the V panel holds `n_kv * width` floats.
-            unsafe { dispatch::tile_f32_width(self.tiles, p.width, cc, exps, ld, panel, tile) }
+            unsafe { dispatch::tile_f32_width(self.tiles, shape, cc, exps, ld, panel, tile) }
         }
     }
 }

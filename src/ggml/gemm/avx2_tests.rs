@@ -2,11 +2,12 @@
 //! AVX-512 (whose products never take them) still checks them: against f64 references of the
 //! same operands, over partial strips, partial rows and every panel width.
 
-use super::avx2::tile_f32_width;
+use super::avx2::{tile_f32_strips, STRIP};
 use super::avx2_rows::{affine_row, geglu_row, gelu_tanh_row};
 use super::fused_tests::erf_series;
 use super::kernels::Tile;
 use super::norm::Affine;
+use super::pack::panel_at;
 use super::tests::pseudo_random;
 use super::{MR, NR};
 
@@ -39,7 +40,7 @@ pub(super) fn mode_tile(
     }
 }
 
-/// `rows` × `cols` tiles from a panel `width` wide over `kc` steps, in each of the store
+/// `rows` × `cols` tiles from a panel `width` wide in 16-output strips over `kc` steps, in each of the store
 /// modes (write, accumulate, bias, addend), against f64.
 #[test]
 fn avx2_tiles_match_f64() {
@@ -56,15 +57,21 @@ fn avx2_tiles_match_f64() {
                 let ldx = kc + 3;
                 let x = pseudo_random(rows * ldx, (width + rows) as u64);
                 let w = pseudo_random(kc * width, (7 + cols) as u64);
+                // The panel as the AVX2 tiles read it: 16-output strips, each k-major.
+                let mut strips = vec![0f32; kc * width];
+                for (i, &v) in w.iter().enumerate() {
+                    strips[panel_at(kc, STRIP, i / width, i % width)] = v;
+                }
                 let bias = pseudo_random(cols, 3);
                 let ldc = cols + 5;
                 let start = pseudo_random(rows * ldc, 11);
                 for mode in 0..4 {
                     let mut c = start.clone();
                     let tile = mode_tile(&mut c, (ldc, rows, cols), mode, &bias, &start);
+                    let (xs, ws) = (x.as_ptr(), strips.as_ptr());
                     // SAFETY: AVX2 + FMA checked; `rows` rows of `kc` floats `ldx` apart, a
-                    // panel of `kc * width`, an output of `rows` rows `ldc` apart.
-                    unsafe { tile_f32_width(width, kc, x.as_ptr(), ldx, w.as_ptr(), &tile) };
+                    // panel of `kc * width` in strips, an output of `rows` rows `ldc` apart.
+                    unsafe { tile_f32_strips(kc, xs, ldx, ws, kc * STRIP, &tile) };
                     for r in 0..rows {
                         for j in 0..ldc {
                             let got = c[r * ldc + j];

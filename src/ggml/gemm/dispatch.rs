@@ -22,6 +22,16 @@ pub(in crate::ggml) fn tiles() -> Option<Tiles> {
     }
 }
 
+/// Outputs per strip of the f32 panels these tiles read (see `pack::panel_at`): the AVX-512
+/// tiles read a whole panel's row per k-step, the AVX2 ones one 16-output strip at a time.
+#[cfg(target_arch = "x86_64")]
+pub(in crate::ggml) fn panel_strip(tiles: Tiles) -> usize {
+    match tiles {
+        Tiles::Avx512 => super::NR,
+        Tiles::Avx2 => super::avx2::STRIP,
+    }
+}
+
 /// Whether the AVX-512-only kernels (the 16 × 16 transposes that pack panels) run.
 pub(in crate::ggml) fn avx512_kernels() -> bool {
     tiles() == Some(Tiles::Avx512)
@@ -49,16 +59,19 @@ mod entry {
         t: &Tile,
     ) {
         // SAFETY: the caller's contract, passed on.
-        unsafe { tile_f32_width(tiles, NR, kc, xs, ldx, ws, t) }
+        unsafe { tile_f32_width(tiles, (NR, kc), kc, xs, ldx, ws, t) }
     }
 
-    /// f32 products of one tile from a panel `width` wide (see `kernels::tile_f32_width`).
+    /// f32 products of one tile from a panel `width` wide and `depth` deep, laid out in strips
+    /// of [`super::panel_strip`] (see `kernels::tile_f32_width`); `ws` is the panel's first
+    /// k-step to read (`kk0 * strip` floats into it, for a panel's strips of `strip`
+    /// outputs).
     ///
     /// # Safety
     /// The CPU has the instructions of `tiles`; the rest as for `kernels::tile_f32_width`.
     pub(in crate::ggml::gemm) unsafe fn tile_f32_width(
         tiles: Tiles,
-        width: usize,
+        (width, depth): (usize, usize),
         kc: usize,
         xs: *const f32,
         ldx: usize,
@@ -70,7 +83,7 @@ mod entry {
             match (tiles, width) {
                 (Tiles::Avx512, NR) => kernels::tile_f32(kc, xs, ldx, ws, t),
                 (Tiles::Avx512, _) => kernels::tile_f32_width(width, kc, xs, ldx, ws, t),
-                (Tiles::Avx2, _) => avx2::tile_f32_width(width, kc, xs, ldx, ws, t),
+                (Tiles::Avx2, _) => avx2::tile_f32_strips(kc, xs, ldx, ws, depth * avx2::STRIP, t),
             }
         }
     }

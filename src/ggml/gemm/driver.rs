@@ -181,14 +181,16 @@ impl Product<'_> {
             let panels = chunk.len().div_ceil(NR);
             let len = panels * depth * NR;
             let k = self.k;
+            // (Outputs per strip of the packed panels; `strip` above counts tokens.)
+            let (at, outs) = ((k0, kc), super::dispatch::panel_strip(tiles));
             // SAFETY: this op is only built for CPUs with AVX-512F or AVX2 (`CpuKernels`).
             unsafe {
                 match self.w {
                     Weights::F32(data) => {
-                        pack::panels_f32(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
+                        pack::panels_f32(&Rows { data, k }, chunk.clone(), at, outs, s.w.f32s(len))
                     }
                     Weights::F16(data) => {
-                        pack::panels_f16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.f32s(len))
+                        pack::panels_f16(&Rows { data, k }, chunk.clone(), at, outs, s.w.f32s(len))
                     }
                     Weights::Bf16(data) => {
                         pack::panels_bf16(&Rows { data, k }, chunk.clone(), k0, kc, s.w.u32s(len))
@@ -196,12 +198,12 @@ impl Product<'_> {
                     Weights::Bf16Wide(data) => pack::panels_bf16_wide(
                         &Rows { data, k },
                         chunk.clone(),
-                        k0,
-                        kc,
+                        at,
+                        outs,
                         s.w.f32s(len),
                     ),
                     Weights::Q8Wide(bytes) => {
-                        pack::panels_q8_wide(bytes, k, chunk.clone(), k0, kc, s.w.f32s(len))
+                        pack::panels_q8_wide((bytes, k), chunk.clone(), at, outs, s.w.f32s(len))
                     }
                     // Its own k-blocks: `k_block_q8`.
                     Weights::Q8_0(_) => return,

@@ -1,7 +1,9 @@
 //! Packing one k-block of the operands into the layouts the register tiles read in order.
 //!
-//! Weights → panels of [`NR`] outputs, k-major (`panel[kk * NR + j]`); outputs past the end
-//! of the last panel are zero. For bf16 each element is a u32 holding a k-pair (even k in
+//! Weights → panels of [`NR`] outputs, k-major, in strips of the outputs the register tiles
+//! read per k-step ([`panel_at`]: `panel[kk * NR + j]` for the AVX-512 tiles, four 16-output
+//! strips one after the other for the AVX2 ones); outputs past the end of the last panel are
+//! zero. For bf16 each element is a u32 holding a k-pair (even k in
 //! the low half), the operand `vdpbf16ps` multiplies, and the activations are rounded into
 //! the same pairs, row by row.
 
@@ -89,65 +91,71 @@ pub(super) fn bf16_bits(v: f32) -> u32 {
     }
 }
 
-/// Weight rows `feats` (f32), columns `k0..k0 + kc`, into panels.
+/// Where k-step `kk`, output `j` of a panel `depth` steps deep lies when its outputs are
+/// stored as k-major strips `strip` wide, one strip after the other: with `strip` the panel's
+/// width, plain k-major rows (what the AVX-512 tiles read, a whole row per k-step); with 16,
+/// one contiguous stream per 16 outputs (what the AVX2 tiles read, a strip at a time).
+pub(super) fn panel_at(depth: usize, strip: usize, kk: usize, j: usize) -> usize {
+    j / strip * depth * strip + kk * strip + j % strip
+}
+
+/// Weight rows `feats` (f32), columns `k0..k0 + kc`, into panels of strips `strip` wide.
 ///
 /// # Safety
-/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
-/// the CPU has them).
+/// The CPU must support AVX-512F or AVX2 (whole blocks are transposed with the vector
+/// instructions of the strip's tiles).
 pub(super) unsafe fn panels_f32(
     w: &Rows<'_, f32>,
     feats: std::ops::Range<usize>,
-    k0: usize,
-    kc: usize,
+    (k0, kc): (usize, usize),
+    strip: usize,
     out: &mut [f32],
 ) {
-    let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
-        // SAFETY: `FullPanels::new` answers only where AVX-512F runs.
+    let done = FullPanels::new(&feats, kc, strip, out.len()).map_or((0, 0), |fast| {
+        // SAFETY: `FullPanels::new` answers only where the transposes' instructions run.
         unsafe { fast.run(as_words_mut(out), |row| as_words(w.block(row, k0, kc))) }
     });
-    for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
-        scatter(&w.block(row, k0, kc)[d0..], d0, col, panel);
+    for_panel_rows(feats, (kc, strip), out, done, |row, col, panel, d0| {
+        scatter(&w.block(row, k0, kc)[d0..], (d0, col), (kc, strip), panel);
     });
 }
 
-/// Weight rows in f16 (bits), widened to f32 into panels.
+/// Weight rows in f16 (bits), widened to f32 into panels of strips `strip` wide.
 ///
 /// # Safety
-/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
-/// the CPU has them).
+/// As for [`panels_f32`].
 pub(super) unsafe fn panels_f16(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
-    k0: usize,
-    kc: usize,
+    (k0, kc): (usize, usize),
+    strip: usize,
     out: &mut [f32],
 ) {
     // `half` converts slices with F16C when present.
     // SAFETY: the caller's contract, passed on.
     unsafe {
-        panels_widened(feats, kc, out, |row, from, wide| {
+        panels_widened(feats, (kc, strip), out, |row, from, wide| {
             let halves: &[half::f16] = w.block(row, k0 + from, kc - from).reinterpret_cast();
             halves.convert_to_f32_slice(wide);
         })
     }
 }
 
-/// Weight rows in bf16 (bits), widened to f32 into panels: exact (a bf16 is the top half of an
-/// f32), so a CPU without bf16 products runs them at the f32 rate.
+/// Weight rows in bf16 (bits), widened to f32 into panels of strips `strip` wide: exact (a
+/// bf16 is the top half of an f32), so a CPU without bf16 products runs them at the f32 rate.
 ///
 /// # Safety
-/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
-/// the CPU has them).
+/// As for [`panels_f32`].
 pub(super) unsafe fn panels_bf16_wide(
     w: &Rows<'_, u16>,
     feats: std::ops::Range<usize>,
-    k0: usize,
-    kc: usize,
+    (k0, kc): (usize, usize),
+    strip: usize,
     out: &mut [f32],
 ) {
     // SAFETY: the caller's contract, passed on.
     unsafe {
-        panels_widened(feats, kc, out, |row, from, wide| {
+        panels_widened(feats, (kc, strip), out, |row, from, wide| {
             for (d, &b) in wide.iter_mut().zip(w.block(row, k0 + from, kc - from)) {
                 *d = f32::from_bits(u32::from(b) << 16);
             }
@@ -155,26 +163,24 @@ pub(super) unsafe fn panels_bf16_wide(
     }
 }
 
-/// q8_0 weight rows (`k` elements each, as ggml stores them) dequantized to f32 into panels:
-/// `scale · q` as ggml's `dequantize_row_q8_0` computes it, exactly. `k0` and `kc` are whole
-/// blocks.
+/// q8_0 weight rows (`k` elements each, as ggml stores them) dequantized to f32 into panels of
+/// strips `strip` wide: `scale · q` as ggml's `dequantize_row_q8_0` computes it, exactly. `k0`
+/// and `kc` are whole blocks.
 ///
 /// # Safety
-/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
-/// the CPU has them).
+/// As for [`panels_f32`].
 pub(super) unsafe fn panels_q8_wide(
-    bytes: &[u8],
-    k: usize,
+    (bytes, k): (&[u8], usize),
     feats: std::ops::Range<usize>,
-    k0: usize,
-    kc: usize,
+    (k0, kc): (usize, usize),
+    strip: usize,
     out: &mut [f32],
 ) {
     debug_assert!(k0.is_multiple_of(QK) && kc.is_multiple_of(QK));
     let row_bytes = k / QK * BLOCK_BYTES;
     // SAFETY: the caller's contract, passed on.
     unsafe {
-        panels_widened(feats, kc, out, |row, from, wide| {
+        panels_widened(feats, (kc, strip), out, |row, from, wide| {
             let first = k0 + from;
             let b0 = first / QK;
             let skip = first - b0 * QK;
@@ -193,23 +199,23 @@ pub(super) unsafe fn panels_q8_wide(
     }
 }
 
-/// Weight rows widened to f32 into panels: `widen(row, from, wide)` writes columns
-/// `from..kc` of the k-block of weight row `row` into `wide` (`kc - from` long).
+/// Weight rows widened to f32 into panels of strips `strip` wide: `widen(row, from, wide)`
+/// writes columns `from..kc` of the k-block of weight row `row` into `wide` (`kc - from`
+/// long).
 ///
 /// # Safety
-/// The CPU must support AVX-512F or AVX2 (full panels are filled by AVX-512 transposes where
-/// the CPU has them).
+/// As for [`panels_f32`].
 unsafe fn panels_widened(
     feats: std::ops::Range<usize>,
-    kc: usize,
+    (kc, strip): (usize, usize),
     out: &mut [f32],
     widen: impl Fn(usize, usize, &mut [f32]),
 ) {
     let row_from = |row: usize, from: usize, wide: &mut [f32]| {
         widen(row, from, &mut wide[..kc - from]);
     };
-    let done = FullPanels::new(&feats, kc, out.len()).map_or((0, 0), |fast| {
-        // SAFETY: `FullPanels::new` answers only where AVX-512F runs.
+    let done = FullPanels::new(&feats, kc, strip, out.len()).map_or((0, 0), |fast| {
+        // SAFETY: `FullPanels::new` answers only where the transposes' instructions run.
         unsafe {
             fast.run_staged(as_words_mut(out), kc, |first, staged| {
                 for (i, dst) in staged.chunks_exact_mut(kc).enumerate() {
@@ -219,9 +225,9 @@ unsafe fn panels_widened(
         }
     });
     let mut wide = vec![0f32; kc];
-    for_panel_rows(feats, kc, NR, out, done, |row, col, panel, d0| {
+    for_panel_rows(feats, (kc, strip), out, done, |row, col, panel, d0| {
         row_from(row, d0, &mut wide);
-        scatter(&wide[..kc - d0], d0, col, panel);
+        scatter(&wide[..kc - d0], (d0, col), (kc, strip), panel);
     });
 }
 
@@ -247,13 +253,13 @@ pub(super) unsafe fn panels_bf16(
         }
     };
     let aligned = kc.is_multiple_of(2) && feats.clone().all(|r| pairs(r).is_some());
-    let done = FullPanels::new(&feats, kc2, out.len())
+    let done = FullPanels::new(&feats, kc2, NR, out.len())
         .filter(|_| aligned)
         .map_or((0, 0), |fast| {
             // SAFETY: `FullPanels::new` answers only where AVX-512F runs.
             unsafe { fast.run(out, |row| pairs(row).unwrap_or(&[])) }
         });
-    for_panel_rows(feats, kc2, NR, out, done, |row, col, panel, q0| {
+    for_panel_rows(feats, (kc2, NR), out, done, |row, col, panel, q0| {
         let tail = w.block(row, k0 + 2 * q0, kc - 2 * q0);
         for (q, pair) in tail.chunks(2).enumerate() {
             let hi = pair.get(1).copied().unwrap_or(0) as u32;
@@ -262,80 +268,110 @@ pub(super) unsafe fn panels_bf16(
     });
 }
 
-/// The panels whose 64 columns are all weight rows, filled by 16 × 16 AVX-512 transposes
-/// (the scalar fill then only handles a partial last panel and the depth's tail); `None`
-/// without AVX-512, where the scalar fill does it all.
+/// The panels whose 64 columns are all weight rows, filled by block transposes: 16 × 16 with
+/// AVX-512 into whole-panel strips, 8 × 8 with AVX2 into 16-output strips (the scalar fill
+/// then only handles a partial last panel and the depth's tail). `None` where neither runs.
 struct FullPanels {
     first: usize,
     panels: usize,
     depth: usize,
-    /// Depth covered by whole 16-blocks.
+    /// Depth covered by whole blocks.
     full: usize,
+    /// Outputs per strip of the panels.
+    strip: usize,
+    /// Rows (and k-steps) per transposed block: 16 or 8.
+    block: usize,
 }
 
 impl FullPanels {
-    fn new(feats: &std::ops::Range<usize>, depth: usize, out_len: usize) -> Option<Self> {
+    fn new(
+        feats: &std::ops::Range<usize>,
+        depth: usize,
+        strip: usize,
+        out_len: usize,
+    ) -> Option<Self> {
+        let block = if strip == NR && super::avx512_kernels() {
+            16
+        } else if strip == super::avx2::STRIP && super::tiles().is_some() {
+            8
+        } else {
+            return None;
+        };
         let panels = feats.len() / NR;
-        let full = depth / 16 * 16;
+        let full = depth / block * block;
         let fits = panels > 0 && full > 0 && out_len >= panels * depth * NR;
-        (fits && super::avx512_kernels()).then_some(Self {
+        fits.then_some(Self {
             first: feats.start,
             panels,
             depth,
             full,
+            strip,
+            block,
         })
     }
 
     /// `row(r)` gives weight row `r`'s `depth` words. Returns (panels, depth) filled.
     ///
     /// # Safety
-    /// The CPU must support AVX-512F.
+    /// The CPU must support the block's transposes (AVX-512F for 16, AVX2 for 8).
     unsafe fn run<'a>(self, out: &mut [u32], row: impl Fn(usize) -> &'a [u32]) -> (usize, usize) {
         for p in 0..self.panels {
-            for g in 0..NR / 16 {
-                let first = self.first + p * NR + g * 16;
-                let rows: [&[u32]; 16] = std::array::from_fn(|i| row(first + i));
-                // SAFETY: AVX-512F, this function's own requirement.
+            for g in 0..NR / self.block {
+                let first = self.first + p * NR + g * self.block;
+                let rows: [&[u32]; 16] = std::array::from_fn(|i| row(first + i % self.block));
+                // SAFETY: this function's own requirement.
                 unsafe { self.block_rows(out, p, g, &rows) };
             }
         }
         (self.panels, self.full)
     }
 
-    /// Like `run`, for rows produced 16 at a time into a staging buffer of `16 × width` words.
+    /// Like `run`, for rows produced a block at a time into a staging buffer of `block ×
+    /// width` words.
     ///
     /// # Safety
-    /// The CPU must support AVX-512F.
+    /// As for `run`.
     unsafe fn run_staged(
         self,
         out: &mut [u32],
         width: usize,
         mut stage: impl FnMut(usize, &mut [u32]),
     ) -> (usize, usize) {
-        let mut staged = vec![0u32; 16 * width];
+        let mut staged = vec![0u32; self.block * width];
         for p in 0..self.panels {
-            for g in 0..NR / 16 {
-                stage(self.first + p * NR + g * 16, &mut staged);
-                let rows: [&[u32]; 16] = std::array::from_fn(|i| &staged[i * width..]);
-                // SAFETY: AVX-512F, this function's own requirement.
+            for g in 0..NR / self.block {
+                stage(self.first + p * NR + g * self.block, &mut staged);
+                let rows: [&[u32]; 16] = std::array::from_fn(|i| &staged[i % self.block * width..]);
+                // SAFETY: this function's own requirement.
                 unsafe { self.block_rows(out, p, g, &rows) };
             }
         }
         (self.panels, self.full)
     }
 
-    /// Columns `16g..16g + 16` of panel `p` from 16 rows, over the whole 16-blocks of depth.
+    /// Outputs `block·g..block·(g + 1)` of panel `p` from that many rows (the first `block` of
+    /// `rows`), over the whole blocks of depth.
     ///
     /// # Safety
-    /// The CPU must support AVX-512F.
+    /// As for `run`.
     unsafe fn block_rows(&self, out: &mut [u32], p: usize, g: usize, rows: &[&[u32]; 16]) {
+        let (b, strip) = (self.block, self.strip);
         let panel = &mut out[p * self.depth * NR..(p + 1) * self.depth * NR];
-        for d0 in (0..self.full).step_by(16) {
-            let src: [*const u32; 16] = std::array::from_fn(|i| rows[i][d0..d0 + 16].as_ptr());
-            let dst = &mut panel[d0 * NR + g * 16..=(d0 + 15) * NR + g * 16 + 15];
-            // SAFETY: AVX-512F is this function's requirement; every source holds 16 words
-            // (sliced above) and `dst` spans the 16 strided destinations.
-            unsafe { super::kernels::transpose_16x16(&src, dst.as_mut_ptr(), NR) };
+        for d0 in (0..self.full).step_by(b) {
+            let at = panel_at(self.depth, strip, d0, g * b);
+            // The block's b destinations, `strip` apart.
+            let dst = panel[at..at + (b - 1) * strip + b].as_mut_ptr();
+            // SAFETY: the instructions are this function's requirement; every source holds `b`
+            // words (sliced here) and `dst` spans the `b` strided destinations.
+            unsafe {
+                if b == 16 {
+                    let src = std::array::from_fn(|i| rows[i][d0..d0 + 16].as_ptr());
+                    super::kernels::transpose_16x16(&src, dst, strip);
+                } else {
+                    let src = std::array::from_fn(|i| rows[i][d0..d0 + 8].as_ptr());
+                    super::avx2::transpose_8x8(&src, dst, strip);
+                }
+            }
         }
     }
 }
@@ -357,54 +393,69 @@ fn as_words_mut(s: &mut [f32]) -> &mut [u32] {
 
 /// Calls `fill(row, column in panel, panel, from)` for each weight row, to fill its column
 /// from depth `from` on, and zeroes the columns of the last panel past `feats.end`. A panel
-/// is `depth * NR` elements; `done = (panels, depth)`: the first `panels` panels already hold
-/// their first `depth` rows (the transposed blocks).
+/// is `depth * NR` elements in strips `strip` wide ([`panel_at`]); `done = (panels, depth)`:
+/// the first `panels` panels already hold their first `depth` rows (the transposed blocks).
 fn for_panel_rows<T: Copy + Default>(
     feats: std::ops::Range<usize>,
-    depth: usize,
-    nr: usize,
+    (depth, strip): (usize, usize),
     out: &mut [T],
     done: (usize, usize),
     mut fill: impl FnMut(usize, usize, &mut [T], usize),
 ) {
-    for (p, first) in feats.clone().step_by(nr).enumerate() {
-        let panel = &mut out[p * depth * nr..(p + 1) * depth * nr];
-        let valid = nr.min(feats.end - first);
+    for (p, first) in feats.clone().step_by(NR).enumerate() {
+        let panel = &mut out[p * depth * NR..(p + 1) * depth * NR];
+        let valid = NR.min(feats.end - first);
         let from = if p < done.0 { done.1 } else { 0 };
         if from < depth {
             for col in 0..valid {
                 fill(first + col, col, panel, from);
             }
         }
-        for col in valid..nr {
+        for col in valid..NR {
             for d in 0..depth {
-                panel[d * nr + col] = T::default();
+                panel[panel_at(depth, strip, d, col)] = T::default();
             }
         }
     }
 }
 
-/// `panel[(from + i) * NR + col] = src[i]`.
-fn scatter(src: &[f32], from: usize, col: usize, panel: &mut [f32]) {
+/// Column `col` of a panel `depth` deep in strips `strip` wide, from k-step `from` on: `src`.
+fn scatter(
+    src: &[f32],
+    (from, col): (usize, usize),
+    (depth, strip): (usize, usize),
+    panel: &mut [f32],
+) {
+    let at = panel_at(depth, strip, from, col);
     for (kk, &v) in src.iter().enumerate() {
-        panel[(from + kk) * NR + col] = v;
+        panel[at + kk * strip] = v;
     }
 }
 
 /// Row segments `rows` × columns `c0..c0 + width` of a row-major f32 matrix with row stride
-/// `ld`, copied as one panel `width` wide (`panel[row * width + j]`): the layout of a matrix
-/// whose outputs are its columns (attention's V). Columns past `cols` are zero.
+/// `ld`, copied as one panel `width` wide and `rows` deep in strips of `strip.min(width)`
+/// columns ([`panel_at`]): the layout of a matrix whose outputs are its columns (attention's
+/// V). Columns past `cols` are zero.
 pub(super) fn panel_of_columns(
     data: &[f32],
-    ld: usize,
-    rows: usize,
+    (ld, rows): (usize, usize),
     (c0, cols, width): (usize, usize, usize),
+    strip: usize,
     out: &mut [f32],
 ) {
-    for (r, dst) in out.chunks_exact_mut(width).take(rows).enumerate() {
-        let valid = cols.min(width);
-        dst[..valid].copy_from_slice(&data[r * ld + c0..r * ld + c0 + valid]);
-        dst[valid..].fill(0.0);
+    let strip = strip.min(width);
+    let valid = cols.min(width);
+    for (s, part) in out
+        .chunks_exact_mut(rows * strip)
+        .take(width / strip)
+        .enumerate()
+    {
+        let (from, to) = ((s * strip).min(valid), ((s + 1) * strip).min(valid));
+        for (r, dst) in part.chunks_exact_mut(strip).enumerate() {
+            let at = r * ld + c0;
+            dst[..to - from].copy_from_slice(&data[at + from..at + to]);
+            dst[to - from..].fill(0.0);
+        }
     }
 }
 

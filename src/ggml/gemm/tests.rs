@@ -275,15 +275,15 @@ fn widened_bf16_panels_equal_f32_panels() {
     let values = pseudo_random(k * m, 7);
     let bits: Vec<u16> = values.iter().map(|&v| bf16_bits(v) as u16).collect();
     let wide: Vec<f32> = values.iter().map(|&v| bf16_value(v)).collect();
-    for (k0, kc) in [(0, 200), (200, 190)] {
+    for ((k0, kc), strip) in [(0, 200), (200, 190)].into_iter().zip([NR, 16]) {
         let len = m.div_ceil(NR) * kc * NR;
         let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
         // SAFETY: the blocked kernels run here (checked above).
         unsafe {
-            panels_bf16_wide(&Rows { data: &bits, k }, 0..m, k0, kc, &mut a);
-            panels_f32(&Rows { data: &wide, k }, 0..m, k0, kc, &mut b);
+            panels_bf16_wide(&Rows { data: &bits, k }, 0..m, (k0, kc), strip, &mut a);
+            panels_f32(&Rows { data: &wide, k }, 0..m, (k0, kc), strip, &mut b);
         }
-        assert_eq!(a, b, "k-block {k0}..{}", k0 + kc);
+        assert_eq!(a, b, "k-block {k0}..{}, strips {strip} wide", k0 + kc);
     }
 }
 
@@ -301,14 +301,79 @@ fn widened_q8_panels_equal_dequantized_f32_panels() {
     let bytes = to_bytes(&values, DType::Q8_0, k);
     let wide = stored(&values, DType::Q8_0, k);
     for (k0, kc) in [(0, 320), (0, 160), (96, 224)] {
-        let len = m.div_ceil(NR) * kc * NR;
-        let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
-        // SAFETY: the blocked kernels run here (checked above).
-        unsafe {
-            panels_q8_wide(&bytes, k, 0..m, k0, kc, &mut a);
-            panels_f32(&Rows { data: &wide, k }, 0..m, k0, kc, &mut b);
+        for strip in [NR, 16] {
+            let len = m.div_ceil(NR) * kc * NR;
+            let (mut a, mut b) = (vec![0f32; len], vec![1f32; len]);
+            // SAFETY: the blocked kernels run here (checked above).
+            unsafe {
+                panels_q8_wide((&bytes, k), 0..m, (k0, kc), strip, &mut a);
+                panels_f32(&Rows { data: &wide, k }, 0..m, (k0, kc), strip, &mut b);
+            }
+            assert_eq!(a, b, "k-block {k0}..{}, strips {strip} wide", k0 + kc);
         }
-        assert_eq!(a, b, "k-block {k0}..{}", k0 + kc);
+    }
+}
+
+/// Packed weights land where `panel_at` says, in either strip width (whole blocks by the
+/// AVX-512 or AVX2 transposes, the tails and the partial last panel by the scalar fill), with
+/// zeros past the last weight row; V's column panels alike.
+#[test]
+fn panels_follow_their_strip_layout() {
+    if !blocked_gemm_available(DType::F32) {
+        eprintln!("no blocked kernels on this CPU: skipped");
+        return;
+    }
+    use super::pack::{panel_at, panel_of_columns, panels_f16, panels_f32, Rows};
+    let (k, m) = (203, 150);
+    let values = pseudo_random(k * m, 5);
+    let halves: Vec<u16> = values
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect();
+    let widened: Vec<f32> = halves
+        .iter()
+        .map(|&h| half::f16::from_bits(h).to_f32())
+        .collect();
+    for strip in [NR, 16] {
+        for (k0, kc) in [(0, 203), (8, 195), (40, 17)] {
+            let len = m.div_ceil(NR) * kc * NR;
+            let (mut a, mut b) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            // SAFETY: the blocked kernels run here (checked above).
+            unsafe {
+                panels_f32(&Rows { data: &values, k }, 0..m, (k0, kc), strip, &mut a);
+                panels_f16(&Rows { data: &halves, k }, 0..m, (k0, kc), strip, &mut b);
+            }
+            for (got, from) in [(&a, &values), (&b, &widened)] {
+                for j in 0..m.next_multiple_of(NR) {
+                    let (p, col) = (j / NR, j % NR);
+                    for kk in 0..kc {
+                        let want = if j < m { from[j * k + k0 + kk] } else { 0.0 };
+                        let at = p * kc * NR + panel_at(kc, strip, kk, col);
+                        assert_eq!(
+                            got[at], want,
+                            "strip {strip}, k0 {k0}: output {j}, step {kk}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // V: 11 rows of a 100-column matrix, columns 30..70 as a 48-wide panel.
+    let (ld, rows, width, cols) = (100, 11, 48, 40);
+    let data = pseudo_random(ld * rows, 9);
+    for strip in [NR, 16] {
+        let mut out = vec![f32::NAN; rows * width];
+        panel_of_columns(&data, (ld, rows), (30, cols, width), strip, &mut out);
+        for r in 0..rows {
+            for j in 0..width {
+                let want = if j < cols { data[r * ld + 30 + j] } else { 0.0 };
+                assert_eq!(
+                    out[panel_at(rows, strip.min(width), r, j)],
+                    want,
+                    "strip {strip}"
+                );
+            }
+        }
     }
 }
 
