@@ -314,14 +314,14 @@ impl Heads<'_> {
                 // `kc` floats from here; the output row is this thread's (its head's `hd`
                 // floats of query row r).
                 unsafe {
-                    let chunk_top = softmax::chunk_max(self.tiles, row, mask, kc, self.scale);
+                    let chunk_top =
+                        softmax::chunk_logits_max(self.tiles, row, mask, kc, self.scale);
                     let new_top = top[i].max(chunk_top);
                     if new_top == f32::NEG_INFINITY {
                         std::ptr::write_bytes(row, 0, kc);
                         continue;
                     }
-                    let chunk_sum =
-                        softmax::chunk_exp_sum(self.tiles, row, mask, kc, (self.scale, new_top));
+                    let chunk_sum = softmax::chunk_exp_sum(self.tiles, row, kc, new_top);
                     let alpha = (top[i] - new_top).exp();
                     if k0 > 0 && alpha != 1.0 {
                         let out = std::slice::from_raw_parts_mut(out_row(r), self.hd);

@@ -74,58 +74,71 @@ unsafe fn scaled(row: *const f32, mask: *const f32, valid: usize, scale: __m256)
     }
 }
 
-/// One chunk of a score row for the online softmax: the largest `row[j] · scale + mask[j]`
-/// over `n` entries (−∞ when all are masked).
+/// One chunk of a score row for the online softmax: `row[j] = row[j] · scale + mask[j]` in
+/// place over `n` entries; returns the largest (−∞ when all are masked).
 ///
 /// # Safety
 /// AVX2 and FMA must be present; `row` (and `mask`, unless null) hold `n` floats.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn scale_mask_max(
-    row: *const f32,
-    mask: *const f32,
-    n: usize,
-    scale: f32,
-) -> f32 {
+pub(super) unsafe fn logits_max(row: *mut f32, mask: *const f32, n: usize, scale: f32) -> f32 {
     let s = _mm256_set1_ps(scale);
     let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
-    let mut max = neg_inf;
-    for j in (0..n).step_by(8) {
-        let valid = (n - j).min(8);
+    // Four running maxima: one would wait on vmaxps' latency every vector.
+    let mut max = [neg_inf; 4];
+    let whole = n / 8 * 8;
+    for j in (0..whole).step_by(8) {
+        // SAFETY: 8 floats inside the row (and the mask).
+        unsafe {
+            let v = scaled(row.add(j), offset(mask, j), 8, s);
+            _mm256_storeu_ps(row.add(j), v);
+            let m = &mut max[j / 8 % 4];
+            *m = _mm256_max_ps(*m, v);
+        }
+    }
+    if whole < n {
+        let valid = n - whole;
         // SAFETY: accesses masked to the row's first `n` floats.
         unsafe {
-            let v = scaled(row.add(j), offset(mask, j), valid, s);
-            let m = _mm256_castsi256_ps(lanes(valid));
-            max = _mm256_max_ps(max, _mm256_blendv_ps(neg_inf, v, m));
+            let v = scaled(row.add(whole), offset(mask, whole), valid, s);
+            let m = lanes(valid);
+            store_lanes(row.add(whole), valid, m, v);
+            max[0] = _mm256_max_ps(max[0], _mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(m)));
         }
     }
     // SAFETY: register-only arithmetic.
-    unsafe { reduce_max(max) }
+    unsafe {
+        let max = _mm256_max_ps(_mm256_max_ps(max[0], max[1]), _mm256_max_ps(max[2], max[3]));
+        reduce_max(max)
+    }
 }
 
-/// `row[j] = e^(row[j] · scale + mask[j] − top)` over `n` entries (`top` finite and at least
-/// every scaled, masked entry); returns their sum.
+/// `row[j] = e^(row[j] − top)` over `n` entries (`top` finite and at least every entry);
+/// returns their sum.
 ///
 /// # Safety
-/// AVX2 and FMA must be present; `row` (and `mask`, unless null) hold `n` floats.
+/// AVX2 and FMA must be present; `row` holds `n` floats.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn scale_mask_exp_sum(
-    row: *mut f32,
-    mask: *const f32,
-    n: usize,
-    scale: f32,
-    top: f32,
-) -> f32 {
-    let (s, top) = (_mm256_set1_ps(scale), _mm256_set1_ps(top));
+pub(super) unsafe fn exp_sum(row: *mut f32, n: usize, top: f32) -> f32 {
+    let top = _mm256_set1_ps(top);
     let mut sum = _mm256_setzero_ps();
-    for j in (0..n).step_by(8) {
-        let valid = (n - j).min(8);
+    let whole = n / 8 * 8;
+    for j in (0..whole).step_by(8) {
+        // SAFETY: 8 floats inside the row; the rest is register arithmetic.
+        unsafe {
+            let e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row.add(j)), top));
+            _mm256_storeu_ps(row.add(j), e);
+            sum = _mm256_add_ps(sum, e);
+        }
+    }
+    if whole < n {
+        let valid = n - whole;
         let m = lanes(valid);
         // SAFETY: accesses masked to the row's first `n` floats.
         unsafe {
-            let v = scaled(row.add(j), offset(mask, j), valid, s);
+            let v = load_lanes(row.add(whole), valid, m);
             let e = exp_nonpositive(_mm256_sub_ps(v, top));
             let e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
-            store_lanes(row.add(j), valid, m, e);
+            store_lanes(row.add(whole), valid, m, e);
             sum = _mm256_add_ps(sum, e);
         }
     }

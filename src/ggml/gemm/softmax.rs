@@ -1,8 +1,9 @@
 //! Attention's online-softmax rows on 16 lanes, and the entry points that pick them or the
-//! 8-lane ones (`avx2_rows.rs`) for this CPU. Two passes over a chunk of scores: the largest
-//! scaled, masked score (read only), then the exponentials against the running maximum
-//! written in place, with their sum. The 8-lane rows took ~20 % of PixArt's attention on an
-//! AVX-512 core (`perf`).
+//! 8-lane ones (`avx2_rows.rs`) for this CPU. Two passes over a chunk of scores: the scaled,
+//! masked scores written back in place with their largest (so the second pass reads them
+//! ready), then the exponentials against the running maximum written in place, with their
+//! sum. Whole vectors run unmasked; only a row's last partial vector is masked. The 8-lane
+//! rows took ~20 % of PixArt's attention on an AVX-512 core (`perf`).
 
 use std::arch::x86_64::*;
 
@@ -10,13 +11,14 @@ use super::avx2_rows;
 use super::kernels::{exp_nonpositive, lanes16};
 use super::Tiles;
 
-/// The largest of `row[j] · scale + mask[j]` over `n` entries (−∞ when all are masked).
+/// `row[j] = row[j] · scale + mask[j]` over `n` entries; returns the largest (−∞ when all
+/// are masked).
 ///
 /// # Safety
 /// The CPU has the instructions of `tiles`; `row` (and `mask`, unless null) hold `n` floats.
-pub(super) unsafe fn chunk_max(
+pub(super) unsafe fn chunk_logits_max(
     tiles: Tiles,
-    row: *const f32,
+    row: *mut f32,
     mask: *const f32,
     n: usize,
     scale: f32,
@@ -24,29 +26,23 @@ pub(super) unsafe fn chunk_max(
     // SAFETY: the caller's contract, passed on.
     unsafe {
         match tiles {
-            Tiles::Avx512 => scale_mask_max(row, mask, n, scale),
-            Tiles::Avx2 => avx2_rows::scale_mask_max(row, mask, n, scale),
+            Tiles::Avx512 => logits_max(row, mask, n, scale),
+            Tiles::Avx2 => avx2_rows::logits_max(row, mask, n, scale),
         }
     }
 }
 
-/// `row[j] = e^(row[j] · scale + mask[j] − top)` over `n` entries (`top` finite and at least
-/// every scaled, masked entry); returns their sum.
+/// `row[j] = e^(row[j] − top)` over `n` entries (`top` finite and at least every entry);
+/// returns their sum.
 ///
 /// # Safety
-/// As for [`chunk_max`].
-pub(super) unsafe fn chunk_exp_sum(
-    tiles: Tiles,
-    row: *mut f32,
-    mask: *const f32,
-    n: usize,
-    (scale, top): (f32, f32),
-) -> f32 {
+/// As for [`chunk_logits_max`].
+pub(super) unsafe fn chunk_exp_sum(tiles: Tiles, row: *mut f32, n: usize, top: f32) -> f32 {
     // SAFETY: the caller's contract, passed on.
     unsafe {
         match tiles {
-            Tiles::Avx512 => scale_mask_exp_sum(row, mask, n, scale, top),
-            Tiles::Avx2 => avx2_rows::scale_mask_exp_sum(row, mask, n, scale, top),
+            Tiles::Avx512 => exp_sum(row, n, top),
+            Tiles::Avx2 => avx2_rows::exp_sum(row, n, top),
         }
     }
 }
@@ -76,37 +72,53 @@ pub(super) fn offset(mask: *const f32, j: usize) -> *const f32 {
 }
 
 #[target_feature(enable = "avx512f")]
-unsafe fn scale_mask_max(row: *const f32, mask: *const f32, n: usize, scale: f32) -> f32 {
+unsafe fn logits_max(row: *mut f32, mask: *const f32, n: usize, scale: f32) -> f32 {
     let s = _mm512_set1_ps(scale);
-    let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
-    for j in (0..n).step_by(16) {
-        let m = lanes16(n - j);
-        // SAFETY: masked accesses inside the `n` floats.
+    // Four running maxima: one would wait on vmaxps' latency every vector.
+    let mut max = [_mm512_set1_ps(f32::NEG_INFINITY); 4];
+    let whole = n / 16 * 16;
+    for j in (0..whole).step_by(16) {
+        // SAFETY: 16 floats inside the row (and the mask).
         unsafe {
-            let v = scaled(row.add(j), offset(mask, j), m, s);
-            max = _mm512_mask_max_ps(max, m, max, v);
+            let v = scaled(row.add(j), offset(mask, j), u16::MAX, s);
+            _mm512_storeu_ps(row.add(j), v);
+            let m = &mut max[j / 16 % 4];
+            *m = _mm512_max_ps(*m, v);
         }
     }
+    if whole < n {
+        let m = lanes16(n - whole);
+        // SAFETY: masked accesses inside the `n` floats.
+        unsafe {
+            let v = scaled(row.add(whole), offset(mask, whole), m, s);
+            _mm512_mask_storeu_ps(row.add(whole), m, v);
+            max[0] = _mm512_mask_max_ps(max[0], m, max[0], v);
+        }
+    }
+    let max = _mm512_max_ps(_mm512_max_ps(max[0], max[1]), _mm512_max_ps(max[2], max[3]));
     _mm512_reduce_max_ps(max)
 }
 
 #[target_feature(enable = "avx512f")]
-unsafe fn scale_mask_exp_sum(
-    row: *mut f32,
-    mask: *const f32,
-    n: usize,
-    scale: f32,
-    top: f32,
-) -> f32 {
-    let (s, top) = (_mm512_set1_ps(scale), _mm512_set1_ps(top));
+unsafe fn exp_sum(row: *mut f32, n: usize, top: f32) -> f32 {
+    let top = _mm512_set1_ps(top);
     let mut sum = _mm512_setzero_ps();
-    for j in (0..n).step_by(16) {
-        let m = lanes16(n - j);
-        // SAFETY: masked accesses inside the `n` floats; the rest is register arithmetic.
+    let whole = n / 16 * 16;
+    for j in (0..whole).step_by(16) {
+        // SAFETY: 16 floats inside the row; the rest is register arithmetic.
         unsafe {
-            let v = scaled(row.add(j), offset(mask, j), m, s);
+            let e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(row.add(j)), top));
+            _mm512_storeu_ps(row.add(j), e);
+            sum = _mm512_add_ps(sum, e);
+        }
+    }
+    if whole < n {
+        let m = lanes16(n - whole);
+        // SAFETY: masked accesses inside the `n` floats.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(m, row.add(whole));
             let e = _mm512_maskz_mov_ps(m, exp_nonpositive(_mm512_sub_ps(v, top)));
-            _mm512_mask_storeu_ps(row.add(j), m, e);
+            _mm512_mask_storeu_ps(row.add(whole), m, e);
             sum = _mm512_add_ps(sum, e);
         }
     }
@@ -115,7 +127,7 @@ unsafe fn scale_mask_exp_sum(
 
 #[cfg(test)]
 mod tests {
-    use super::{chunk_exp_sum, chunk_max, Tiles};
+    use super::{chunk_exp_sum, chunk_logits_max, Tiles};
     use crate::ggml::gemm::tests::pseudo_random;
 
     /// The row kernels this CPU can run, whatever `SD_CLI_CPU` says.
@@ -138,8 +150,8 @@ mod tests {
         let n = row.len();
         // SAFETY: the caller's contract.
         unsafe {
-            let top = chunk_max(tiles, row.as_ptr(), mask, n, scale);
-            let sum = chunk_exp_sum(tiles, row.as_mut_ptr(), mask, n, (scale, top));
+            let top = chunk_logits_max(tiles, row.as_mut_ptr(), mask, n, scale);
+            let sum = chunk_exp_sum(tiles, row.as_mut_ptr(), n, top);
             row.iter_mut().for_each(|v| *v /= sum);
         }
     }
@@ -183,10 +195,10 @@ mod tests {
                     }
                 }
             }
-            let row = [1.0f32; 11];
+            let mut row = [1.0f32; 11];
             let mask = [f32::NEG_INFINITY; 11];
             // SAFETY: as above.
-            let top = unsafe { chunk_max(tiles, row.as_ptr(), mask.as_ptr(), 11, 1.0) };
+            let top = unsafe { chunk_logits_max(tiles, row.as_mut_ptr(), mask.as_ptr(), 11, 1.0) };
             assert_eq!(
                 top,
                 f32::NEG_INFINITY,
