@@ -15,7 +15,8 @@
 //! q8_0 (`q8.rs`: activations quantized as ggml does, VNNI integer dot products; without
 //! AVX-512 VNNI dequantized to f32 while packing, exactly as ggml dequantizes).
 //! On CPUs with AVX2 + FMA but no AVX-512 (`avx2.rs`) f32, f16, bf16 and q8_0 weights (all
-//! but the first widened while packing) run the same loops with 8-lane tiles.
+//! but the first widened while packing) run the same loops with 8-lane tiles, each panel
+//! packed as four contiguous 16-output strips (`pack::panel_at`).
 //! Any other case (types, layouts, other CPUs and architectures) returns `None` and the caller
 //! keeps ggml's `mul_mat`. `attention.rs` runs exact attention on the same
 //! tiles; `conv.rs` a convolution whose patches are built a chunk at a time inside the

@@ -52,17 +52,6 @@ pub(super) fn modulate<'g>(
     g.reshape(y, x.ne())
 }
 
-/// `x + y·gate` for x, y [D, N] and gate [D, 1, F].
-fn gated_add<'g>(
-    g: &'g GraphCtx<'g>,
-    x: Tensor<'g>,
-    y: Tensor<'g>,
-    gate: Tensor<'g>,
-) -> Tensor<'g> {
-    let f = gate.ne()[2];
-    g.add(x, g.reshape(g.mul(grouped(g, y, f), gate), x.ne()))
-}
-
 /// `x + out(h)·gate` for x [D, N], h [in, N] and gate [D, 1, F]: the output projection onto
 /// the residual in one op on the CPU.
 fn gated_linear<'g>(
@@ -155,6 +144,8 @@ impl Attention {
         }
     }
 
+    /// The heads' output, before the output projection (which the block runs onto its
+    /// residual).
     fn self_attention<'g>(
         &self,
         g: &'g GraphCtx<'g>,
@@ -171,9 +162,10 @@ impl Attention {
         let q = rotate(Self::project(g, &self.q, self.norm_q.as_ref(), h));
         let k = rotate(Self::project(g, &self.k, self.norm_k.as_ref(), h));
         let v = self.v.forward(g, h);
-        self.o.forward(g, nn::attention(g, q, k, v, c.heads, None))
+        nn::attention(g, q, k, v, c.heads, None)
     }
 
+    /// The heads' output (text, plus image for I2V), before the output projection.
     fn cross_attention<'g>(
         &self,
         g: &'g GraphCtx<'g>,
@@ -190,7 +182,7 @@ impl Attention {
             let v = kv.v.forward(g, img);
             out = g.add(out, nn::attention(g, q, k, v, heads, None));
         }
-        self.o.forward(g, out)
+        out
     }
 }
 
@@ -236,7 +228,7 @@ impl Block {
 
         let h = modulate(g, x, m[0], m[1]);
         let a = self.self_attn.self_attention(g, h, inputs.rope, c);
-        let x = gated_add(g, x, a, m[2]);
+        let x = gated_linear(g, &self.self_attn.o, a, x, m[2]);
 
         let h = match &self.cross_norm {
             Some(norm) => norm.forward(g, x),
@@ -245,7 +237,7 @@ impl Block {
         let a = self
             .cross_attn
             .cross_attention(g, h, inputs.text, inputs.image, c.heads);
-        let x = g.add(x, a);
+        let x = self.cross_attn.o.forward_onto(g, a, x, None);
 
         let h = modulate(g, x, m[3], m[4]);
         let h = self.ffn_in.forward_gelu_tanh(g, h);
