@@ -12,6 +12,12 @@ use sd_cli::ggml::{
 };
 use sd_cli::runner::convert_f32;
 
+// The kernel benches' reproducible inputs (their flag parser is unused here).
+#[path = "../benches/common/kernels.rs"]
+#[allow(dead_code)]
+mod kernels;
+use kernels::pseudo_random;
+
 /// The child test, run once per class.
 const CHILD: &str = "blocked_kernels_match_f64";
 
@@ -65,19 +71,6 @@ fn every_reachable_class_matches_f64() {
             "SD_CLI_CPU={class}: the child skipped its checks\n{text}"
         );
     }
-}
-
-/// `n` values in [−0.5, 0.5) from an xorshift stream seeded with `seed`.
-fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) - 0.5
-        })
-        .collect()
 }
 
 /// Builds one node over tensors written into a fresh arena, computes it on the CPU backend
