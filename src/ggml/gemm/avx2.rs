@@ -1,7 +1,8 @@
 //! The AVX2 + FMA register tiles (CPUs without AVX-512: most desktops and laptops): panels of
 //! [`NR`] outputs packed as four 16-output strips, each k-major and contiguous
-//! (`pack::panel_at`), so a strip is one sequential stream (read in place of the AVX-512 layout's
-//! 256-byte stride, the capped products ran ~5 % faster). Each strip is a 6-token × 16-output
+//! (`pack::panel_at`), so a strip is one sequential stream (instead of the AVX-512 layout's
+//! 256-byte stride: ~5 % of a capped product; packing by 8 × 8 transposes, `transpose_8x8`,
+//! another ~5 %). Each strip is a 6-token × 16-output
 //! tile (12 accumulators, two weight vectors and a broadcast: 15 of the 16 vector registers),
 //! the shape BLIS uses on Haswell-class cores.
 
