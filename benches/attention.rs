@@ -4,9 +4,10 @@
 //! latter is upstream's `--fa`), beside torch's f32 `scaled_dot_product_attention` in the
 //! same run.
 //!
-//! `cargo bench --bench attention [-- --tokens N --heads H --head-dim D --threads N --reps R]`;
-//! the default is one Wan 2.1 1.3B self-attention at 480×832 and 33 frames (14040 tokens,
-//! 12 heads of 128). GFLOP/s count 4 · N² · H · D (the two products).
+//! `cargo bench --bench attention [-- --tokens N --heads H --head-dim D --threads N --reps R
+//! --only NAME]` (`--only`: just the kernels whose name starts with NAME, e.g. `blocked f32`,
+//! `torch`, for a profiler); the default is one Wan 2.1 1.3B self-attention at 480×832 and 33
+//! frames (14040 tokens, 12 heads of 128). GFLOP/s count 4 · N² · H · D (the two products).
 
 use std::process::Command;
 use std::time::Instant;
@@ -16,7 +17,7 @@ use sd_cli::ggml::{Arena, AttentionPrecision, Backend, Context, Gallocr, Graph};
 
 #[path = "common/kernels.rs"]
 mod kernels;
-use kernels::{arg, pseudo_random};
+use kernels::{arg, pseudo_random, wanted};
 
 /// Which attention runs.
 #[derive(Clone, Copy)]
@@ -110,7 +111,9 @@ fn main() {
     let flops = 4.0 * (n * n * heads * hd) as f64;
     let rate = |s: f64| flops / s / 1e9;
     println!("self-attention, {n} tokens, {heads} heads of {hd}, {threads} threads:");
-    let torch = bench_torch(n, heads, hd, threads, reps);
+    let torch = wanted("torch sdpa f32")
+        .then(|| bench_torch(n, heads, hd, threads, reps))
+        .flatten();
     if let Some(t) = torch {
         println!("  torch sdpa f32   {t:.2} s ({:.0} GFLOP/s)", rate(t));
     }
@@ -120,7 +123,7 @@ fn main() {
     }
     kernels.push(("ggml fused f32", Kernel::Fused(DType::F32)));
     kernels.push(("ggml fused f16", Kernel::Fused(DType::F16)));
-    for (name, kernel) in kernels {
+    for (name, kernel) in kernels.into_iter().filter(|(name, _)| wanted(name)) {
         let s = bench_ours(kernel, n, heads, hd, threads, reps);
         let vs = torch.map_or(String::new(), |t| format!(", {:.2}x torch", s / t));
         println!("  {name:<16} {s:.2} s ({:.0} GFLOP/s{vs})", rate(s));

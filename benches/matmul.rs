@@ -1,9 +1,10 @@
 //! Matmul throughput of ggml on this machine, beside torch's in the same run.
 //!
-//! `cargo bench --bench matmul [-- --threads N --tokens N --k K --m M]`: a 1152×4608 weight (PixArt's
-//! FFN shape) times 2048 tokens, weights in f32/f16/bf16/q8_0, activations f32. When python3
-//! with torch is available, torch f32 (and bf16) run the same product with the same thread
-//! count and the ratios are printed. Where this CPU has them, the blocked AVX-512 kernels
+//! `cargo bench --bench matmul [-- --threads N --tokens N --k K --m M --only NAME]`: a
+//! 1152×4608 weight (PixArt's FFN shape) times 2048 tokens, weights in f32/f16/bf16/q8_0,
+//! activations f32. When python3 with torch is available, torch f32 (and bf16) run the same
+//! product with the same thread count and the ratios are printed. `--only` runs just the
+//! kernels whose name starts with NAME (`blocked f32`, `torch`), for a profiler. Where this CPU has them, the blocked AVX-512 kernels
 //! (`ggml::gemm`, what `Linear` uses on the CPU) run beside ggml's `mul_mat`.
 
 use std::process::Command;
@@ -19,7 +20,7 @@ const DEFAULT_M: usize = 4608;
 
 #[path = "common/kernels.rs"]
 mod kernels;
-use kernels::{arg, pseudo_random};
+use kernels::{arg, pseudo_random, wanted};
 
 /// Times only the graph compute (weights and input already on the backend).
 fn bench_ggml(
@@ -98,7 +99,9 @@ fn main() {
     let shape = (arg("--k", DEFAULT_K), arg("--m", DEFAULT_M));
     let (k, m) = shape;
     println!("matmul {k}x{m} weight × {tokens} tokens, {threads} threads (best of {reps})");
-    let torch = bench_torch(shape, tokens, threads, reps);
+    let torch = wanted("torch f32")
+        .then(|| bench_torch(shape, tokens, threads, reps))
+        .flatten();
     let torch_f32 = torch.map(|t| t.0);
     if let Some((f32_gflops, bf16_gflops)) = torch {
         println!("torch  f32   {f32_gflops:8.1} GFLOP/s");
@@ -113,8 +116,11 @@ fn main() {
         .collect();
     runs.extend([DType::F32, DType::F16, DType::BF16, DType::Q8_0].map(|ty| (ty, false)));
     for (ty, blocked) in runs {
-        let g = bench_ggml(ty, blocked, shape, tokens, threads, reps);
         let who = if blocked { "blocked" } else { "ggml" };
+        if !wanted(&format!("{who} {}", ty.name())) {
+            continue;
+        }
+        let g = bench_ggml(ty, blocked, shape, tokens, threads, reps);
         match torch_f32 {
             Some(t) => println!(
                 "{who:<7} {:<5} {g:8.1} GFLOP/s  ({:.2}x torch f32)",

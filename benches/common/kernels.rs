@@ -1,5 +1,5 @@
-//! Helpers of the kernel micro-benchmarks (matmul, attention): integer flags and
-//! reproducible pseudo-random inputs.
+//! Helpers of the kernel micro-benchmarks (matmul, attention): integer flags, the `--only`
+//! filter and reproducible pseudo-random inputs.
 
 /// The integer after flag `name` on the command line, else `default`.
 pub fn arg(name: &str, default: usize) -> usize {
@@ -9,6 +9,17 @@ pub fn arg(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// Whether the kernel called `name` runs: all do unless `--only PREFIX` names the ones whose
+/// name starts with it (one kernel alone, for a profiler).
+#[allow(dead_code)] // not every user of this module filters
+pub fn wanted(name: &str) -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .is_none_or(|prefix| name.starts_with(prefix.as_str()))
 }
 
 /// `n` values in [−0.5, 0.5) from an xorshift stream seeded with `seed`.

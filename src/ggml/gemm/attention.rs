@@ -257,9 +257,9 @@ impl Heads<'_> {
 
     /// One block of queries, chunk by chunk of keys (flash attention's online softmax): the
     /// chunk's scores panel by panel of K (a 64-key panel serves every 6-row strip of the block
-    /// from L1), then per row the scaled, masked scores' maximum, their exponentials against
-    /// the running maximum (what the output so far holds is rescaled to it) and their running
-    /// sum, then P V into the output, [`KEY_CHUNK`] keys of V at a time. A chunk's scores stay
+    /// from L1), then per row the scores' maximum (scaled and masked where there is a mask),
+    /// their exponentials against the running maximum (what the output so far holds is
+    /// rescaled to it) and their running sum, then P V into the output, [`KEY_CHUNK`] keys of V at a time. A chunk's scores stay
     /// in L2 through the three passes; once all chunks are in, each output row is divided by
     /// its sum (a row whose every key is masked stays zeros).
     fn query_block(&self, b: usize, h: usize, rows: std::ops::Range<usize>, s: &mut Scratch) {
@@ -278,6 +278,7 @@ impl Heads<'_> {
             self.out
                 .wrapping_add((b * self.n_q + r) * self.dim + h * self.hd)
         };
+        // Each row's running maximum in the exponent's base-2 units (see `softmax::chunk_top`).
         let mut top = [f32::NEG_INFINITY; QB];
         let mut sum = [0f32; QB];
         let hd2 = self.hd.div_ceil(2);
@@ -314,15 +315,15 @@ impl Heads<'_> {
                 // `kc` floats from here; the output row is this thread's (its head's `hd`
                 // floats of query row r).
                 unsafe {
-                    let chunk_top =
-                        softmax::chunk_logits_max(self.tiles, row, mask, kc, self.scale);
+                    let (c, chunk_top) =
+                        softmax::chunk_top(self.tiles, row, mask, kc, self.scale);
                     let new_top = top[i].max(chunk_top);
                     if new_top == f32::NEG_INFINITY {
                         std::ptr::write_bytes(row, 0, kc);
                         continue;
                     }
-                    let chunk_sum = softmax::chunk_exp_sum(self.tiles, row, kc, new_top);
-                    let alpha = (top[i] - new_top).exp();
+                    let chunk_sum = softmax::chunk_exp_sum(self.tiles, row, kc, c, new_top);
+                    let alpha = (top[i] - new_top).exp2();
                     if k0 > 0 && alpha != 1.0 {
                         let out = std::slice::from_raw_parts_mut(out_row(r), self.hd);
                         out.iter_mut().for_each(|v| *v *= alpha);

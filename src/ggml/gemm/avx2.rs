@@ -60,20 +60,29 @@ pub(super) unsafe fn tile_f32_strips(
         };
         let ws = ws.wrapping_add(s * strip_step);
         // SAFETY: the caller's contract; the strip is columns c0.. of the tile.
-        unsafe { with_rows!(t.rows, R => rows_f32::<R>(kc, xs, ldx, ws, &strip)) }
+        unsafe {
+            // A strip of at most 8 outputs (attention's V past 64 columns for head size 72)
+            // takes half the FMAs on one vector per row.
+            if strip.cols <= 8 {
+                with_rows!(t.rows, R => rows_f32::<R, 1>(kc, xs, ldx, ws, &strip))
+            } else {
+                with_rows!(t.rows, R => rows_f32::<R, 2>(kc, xs, ldx, ws, &strip))
+            }
+        }
     }
 }
 
-/// `R` rows × 16 outputs of f32 products from one strip (`ws`: 16 floats per k-step).
+/// `R` rows × `8 * V` outputs of f32 products from one strip (`ws`: 16 floats per k-step,
+/// the first `8 * V` read).
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_f32<const R: usize>(
+unsafe fn rows_f32<const R: usize, const V: usize>(
     kc: usize,
     xs: *const f32,
     ldx: usize,
     ws: *const f32,
     t: &Tile,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut acc = [[_mm256_setzero_ps(); V]; R];
     // Each row's own pointer, indexed by k: no address arithmetic per step beyond the index.
     let x: [*const f32; R] = std::array::from_fn(|r| xs.wrapping_add(r * ldx));
     let step = |kk: usize| {
@@ -82,12 +91,12 @@ unsafe fn rows_f32<const R: usize>(
             let w = ws.add(kk * STRIP);
             // Fetch ahead of the hardware prefetcher, which trails a stream that starts in L2.
             _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(PREFETCH * STRIP).cast());
-            let w0 = _mm256_loadu_ps(w);
-            let w1 = _mm256_loadu_ps(w.add(8));
+            let wv: [__m256; V] = std::array::from_fn(|j| _mm256_loadu_ps(w.add(8 * j)));
             for (a, x) in acc.iter_mut().zip(x) {
                 let b = _mm256_broadcast_ss(&*x.add(kk));
-                a[0] = _mm256_fmadd_ps(w0, b, a[0]);
-                a[1] = _mm256_fmadd_ps(w1, b, a[1]);
+                for (aj, wj) in a.iter_mut().zip(wv) {
+                    *aj = _mm256_fmadd_ps(wj, b, *aj);
+                }
             }
         }
     };
@@ -134,10 +143,10 @@ pub(super) unsafe fn store_lanes(p: *mut f32, valid: usize, mask: __m256i, v: __
     }
 }
 
-/// Adds the strip into (or writes it to) the output, masked to `t.cols` (≤ 16).
+/// Adds the strip into (or writes it to) the output, masked to `t.cols` (≤ 8 · V).
 #[inline(always)]
-pub(super) unsafe fn store<const R: usize>(acc: &[[__m256; 2]; R], t: &Tile) {
-    for j in 0..2 {
+pub(super) unsafe fn store<const R: usize, const V: usize>(acc: &[[__m256; V]; R], t: &Tile) {
+    for j in 0..V {
         let valid = t.cols.saturating_sub(j * 8).min(8);
         if valid == 0 {
             break;

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::approx::{ERF_A, ERF_P, EXP_MIN, EXP_TAYLOR, LN2_HI, LN2_LO};
+use super::approx::{ERF_A, ERF_P, EXP2_MIN, EXP2_POLY, EXP_MIN, EXP_TAYLOR, LN2_HI, LN2_LO};
 use super::avx2::{lanes, load_lanes, store_lanes};
 use super::norm::Affine;
 use super::softmax::offset;
@@ -27,6 +27,29 @@ unsafe fn exp_nonpositive(x: __m256) -> __m256 {
         }
         // n ≥ −126 wherever x ≥ −87, so 2^n is a normal float: (n + 127) in the exponent.
         let n = _mm256_max_ps(n, _mm256_set1_ps(-126.0));
+        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        )));
+        _mm256_and_ps(_mm256_mul_ps(p, two_n), keep)
+    }
+}
+
+/// 2^x for x ≤ 0, as [`super::kernels::pow2_nonpositive`] computes it, with 2^n built in
+/// the exponent bits; below `EXP2_MIN` (and for −∞) exactly 0.
+#[inline(always)]
+unsafe fn pow2_nonpositive(x: __m256) -> __m256 {
+    // SAFETY: register-only arithmetic (the caller has AVX2 and FMA).
+    unsafe {
+        let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(EXP2_MIN));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+        let f = _mm256_sub_ps(x, n);
+        let mut p = _mm256_set1_ps(EXP2_POLY[0]);
+        for &c in &EXP2_POLY[1..] {
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
+        }
+        // Where kept, −125 ≤ n ≤ 0 and (n + 127) is a normal exponent; elsewhere the
+        // garbage bits are cleared by `keep`.
         let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
             _mm256_cvtps_epi32(n),
             _mm256_set1_epi32(127),
@@ -112,20 +135,51 @@ pub(super) unsafe fn logits_max(row: *mut f32, mask: *const f32, n: usize, scale
     }
 }
 
-/// `row[j] = e^(row[j] − top)` over `n` entries (`top` finite and at least every entry);
-/// returns their sum.
+/// The largest of the row's `n` entries.
 ///
 /// # Safety
 /// AVX2 and FMA must be present; `row` holds `n` floats.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn exp_sum(row: *mut f32, n: usize, top: f32) -> f32 {
-    let top = _mm256_set1_ps(top);
+pub(super) unsafe fn row_max(row: *const f32, n: usize) -> f32 {
+    let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut max = [neg_inf; 4];
+    let whole = n / 8 * 8;
+    for j in (0..whole).step_by(8) {
+        // SAFETY: 8 floats inside the row.
+        let v = unsafe { _mm256_loadu_ps(row.add(j)) };
+        let m = &mut max[j / 8 % 4];
+        *m = _mm256_max_ps(*m, v);
+    }
+    if whole < n {
+        let valid = n - whole;
+        let m = lanes(valid);
+        // SAFETY: a load masked to the row's first `n` floats.
+        unsafe {
+            let v = load_lanes(row.add(whole), valid, m);
+            max[0] = _mm256_max_ps(max[0], _mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(m)));
+        }
+    }
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        let max = _mm256_max_ps(_mm256_max_ps(max[0], max[1]), _mm256_max_ps(max[2], max[3]));
+        reduce_max(max)
+    }
+}
+
+/// `row[j] = 2^(row[j] · c − top)` over `n` entries (see `softmax::chunk_exp_sum`); returns
+/// their sum.
+///
+/// # Safety
+/// AVX2 and FMA must be present; `row` holds `n` floats.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn exp_sum(row: *mut f32, n: usize, c: f32, top: f32) -> f32 {
+    let (c, top) = (_mm256_set1_ps(c), _mm256_set1_ps(-top));
     let mut sum = _mm256_setzero_ps();
     let whole = n / 8 * 8;
     for j in (0..whole).step_by(8) {
         // SAFETY: 8 floats inside the row; the rest is register arithmetic.
         unsafe {
-            let e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row.add(j)), top));
+            let e = pow2_nonpositive(_mm256_fmadd_ps(_mm256_loadu_ps(row.add(j)), c, top));
             _mm256_storeu_ps(row.add(j), e);
             sum = _mm256_add_ps(sum, e);
         }
@@ -136,7 +190,7 @@ pub(super) unsafe fn exp_sum(row: *mut f32, n: usize, top: f32) -> f32 {
         // SAFETY: accesses masked to the row's first `n` floats.
         unsafe {
             let v = load_lanes(row.add(whole), valid, m);
-            let e = exp_nonpositive(_mm256_sub_ps(v, top));
+            let e = pow2_nonpositive(_mm256_fmadd_ps(v, c, top));
             let e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
             store_lanes(row.add(whole), valid, m, e);
             sum = _mm256_add_ps(sum, e);

@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::approx::{EXP_MIN, EXP_TAYLOR, LN2_HI, LN2_LO};
+use super::approx::{EXP2_MIN, EXP2_POLY, EXP_MIN, EXP_TAYLOR, LN2_HI, LN2_LO};
 use super::{MR, NR};
 
 const _: () = assert!(
@@ -354,6 +354,25 @@ pub(super) unsafe fn exp_nonpositive(x: __m512) -> __m512 {
             p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
         }
         _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n))
+    }
+}
+
+/// 2^x for x ≤ 0 (or a rounding above it): x = n + f with n the nearest integer, 2^f from
+/// [`EXP2_POLY`] scaled by 2^n; below [`EXP2_MIN`] (and for −∞) exactly 0. Attention's
+/// softmax folds its scale and log2 e into one FMA before it, so this is e^x's work less the
+/// Cody–Waite split and a degree of the polynomial.
+#[inline(always)]
+pub(super) unsafe fn pow2_nonpositive(x: __m512) -> __m512 {
+    // SAFETY: register-only arithmetic (the caller has AVX-512F).
+    unsafe {
+        let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(EXP2_MIN));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+        let f = _mm512_sub_ps(x, n);
+        let mut p = _mm512_set1_ps(EXP2_POLY[0]);
+        for &c in &EXP2_POLY[1..] {
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+        }
+        _mm512_maskz_scalef_ps(keep, p, n)
     }
 }
 
