@@ -315,8 +315,7 @@ impl Heads<'_> {
                 // `kc` floats from here; the output row is this thread's (its head's `hd`
                 // floats of query row r).
                 unsafe {
-                    let (c, chunk_top) =
-                        softmax::chunk_top(self.tiles, row, mask, kc, self.scale);
+                    let (c, chunk_top) = softmax::chunk_top(self.tiles, row, mask, kc, self.scale);
                     let new_top = top[i].max(chunk_top);
                     if new_top == f32::NEG_INFINITY {
                         std::ptr::write_bytes(row, 0, kc);

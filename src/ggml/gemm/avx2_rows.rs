@@ -60,7 +60,7 @@ unsafe fn pow2_nonpositive(x: __m256) -> __m256 {
 
 /// The largest of 8 lanes.
 #[inline(always)]
-unsafe fn reduce_max(v: __m256) -> f32 {
+pub(super) unsafe fn reduce_max(v: __m256) -> f32 {
     // SAFETY: register-only arithmetic (the caller has AVX).
     unsafe {
         let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));

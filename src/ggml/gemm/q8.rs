@@ -10,6 +10,7 @@ use std::arch::x86_64::*;
 
 use super::kernels::{prefetch_output, store, with_rows, Acc, Tile};
 use super::pack::Rows;
+use super::Tiles;
 
 /// Elements per q8_0 block.
 pub(super) const QK: usize = 32;
@@ -33,15 +34,36 @@ pub(super) fn quantize_rows(
     quants: &mut [u32],
     scales: &mut [f32],
 ) {
-    let vector = is_x86_feature_detected!("avx512f");
+    quantize_rows_on(super::tiles(), x, rows, b0, nb, quants, scales)
+}
+
+/// [`quantize_rows`] with the vectors of `tiles` (the class `SD_CLI_CPU` allows: a capped run
+/// quantizes as the lesser CPU would), or the scalar loop for `None`; all give the same bits.
+pub(super) fn quantize_rows_on(
+    tiles: Option<Tiles>,
+    x: &Rows<'_, f32>,
+    rows: std::ops::Range<usize>,
+    b0: usize,
+    nb: usize,
+    quants: &mut [u32],
+    scales: &mut [f32],
+) {
     for (i, row) in rows.enumerate() {
         let src = x.block(row, b0 * QK, nb * QK);
         let q = &mut quants[i * nb * 8..(i + 1) * nb * 8];
         for (b, block) in src.chunks_exact(QK).enumerate() {
-            if vector {
-                let quads: &mut [u32; 8] = (&mut q[b * 8..b * 8 + 8]).try_into().expect("8 quads");
-                // SAFETY: AVX-512F was just detected; the block is 32 floats, the quads 8 words.
-                scales[i * nb + b] = unsafe { quantize_block(block, quads) };
+            let quads: &mut [u32; 8] = (&mut q[b * 8..b * 8 + 8]).try_into().expect("8 quads");
+            // SAFETY: `tiles` are this CPU's (the caller's `super::tiles()`, or a test's
+            // detected class); the block is 32 floats, the quads 8 words.
+            let vector = unsafe {
+                match tiles {
+                    Some(Tiles::Avx512) => Some(quantize_block(block, quads)),
+                    Some(Tiles::Avx2) => Some(super::q8_avx2::quantize_block(block, quads)),
+                    None => None,
+                }
+            };
+            if let Some(scale) = vector {
+                scales[i * nb + b] = scale;
                 continue;
             }
             let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));

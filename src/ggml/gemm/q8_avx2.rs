@@ -10,6 +10,7 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2_rows::reduce_max;
 use super::kernels::Tile;
 use super::q8::{NR8, PANEL_BLOCK_WORDS};
 use crate::cpu_info::Vnni256;
@@ -127,3 +128,36 @@ vnni_rows!(
     "avx2,fma,avx512vl,avx512vnni",
     _mm256_dpbusd_epi32
 );
+
+/// One 32-float block of activations quantized as `q8::quantize_rows`' scalar loop does (the
+/// same f32 product, rounded half to even by `vcvtps2dq`), on 8-lane vectors; returns the
+/// scale. Without it the AVX-VNNI class quantized every k-block's activations one float at a
+/// time.
+///
+/// # Safety
+/// AVX2 must be present; `block` holds 32 floats.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quantize_block(block: &[f32], quads: &mut [u32; 8]) -> f32 {
+    // SAFETY: the block holds 32 floats (four vectors); the quads are 32 bytes.
+    unsafe {
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(block.as_ptr().add(8 * i)));
+        let sign = _mm256_set1_ps(-0.0);
+        let abs = |x| _mm256_andnot_ps(sign, x);
+        let amax = reduce_max(_mm256_max_ps(
+            _mm256_max_ps(abs(v[0]), abs(v[1])),
+            _mm256_max_ps(abs(v[2]), abs(v[3])),
+        ));
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let offset = _mm256_set1_epi32(128);
+        let q = v.map(|x| _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x, id)), offset));
+        // 1..=255 each, so neither pack saturates. Within each 128-bit half they interleave
+        // the four vectors' quads (0..4 | 4..8 of each); the permute puts them in order.
+        let bytes = _mm256_packus_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(quads.as_mut_ptr().cast(), ordered);
+        half::f16::from_f32(amax / 127.0).to_f32()
+    }
+}

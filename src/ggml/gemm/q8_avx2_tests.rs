@@ -3,7 +3,7 @@
 //! scaled and added with the same f32 operations, so the results must agree bit for bit.
 
 use super::avx2_tests::mode_tile;
-use super::q8::{pack_panels, quantize_rows, BLOCK_BYTES, NR8, QK};
+use super::q8::{pack_panels, quantize_rows, quantize_rows_on, BLOCK_BYTES, NR8, QK};
 use super::q8_avx2::tile;
 use super::tests::pseudo_random;
 use super::MR;
@@ -117,5 +117,44 @@ fn vnni256_q8_tiles_match_their_scalar_model() {
                 }
             }
         }
+    }
+}
+
+/// Activations quantized on either vector width this CPU can run (whatever `SD_CLI_CPU`
+/// says) match the scalar loop bit for bit: scales, and quants where a product lands exactly
+/// half-way (127 · 0.5 / 127 blocks), on zeros and on a block of zeros.
+#[test]
+fn quantized_activations_match_the_scalar_loop() {
+    use super::pack::Rows;
+    use super::Tiles;
+    let (rows, nb) = (5, 4);
+    let k = nb * QK;
+    let mut x: Vec<f32> = pseudo_random(rows * k, 17)
+        .iter()
+        .map(|v| v * 6.0)
+        .collect();
+    // Row 1: block 0 all zeros; block 1 with amax 127 and halves (ties to even).
+    x[k..k + QK].fill(0.0);
+    for (j, v) in x[k + QK..k + 2 * QK].iter_mut().enumerate() {
+        *v = if j == 0 { 127.0 } else { j as f32 - 15.5 };
+    }
+    let xr = Rows { data: &x, k };
+    let run = |tiles: Option<Tiles>| {
+        let (mut q, mut d) = (vec![0u32; rows * nb * 8], vec![0f32; rows * nb]);
+        quantize_rows_on(tiles, &xr, 0..rows, 0, nb, &mut q, &mut d);
+        (q, d)
+    };
+    let scalar = run(None);
+    let mut runnable = Vec::new();
+    if is_x86_feature_detected!("avx512f") {
+        runnable.push(Tiles::Avx512);
+    }
+    if is_x86_feature_detected!("avx2") {
+        runnable.push(Tiles::Avx2);
+    }
+    for tiles in runnable {
+        let vector = run(Some(tiles));
+        assert_eq!(vector.1, scalar.1, "{tiles:?}: scales");
+        assert_eq!(vector.0, scalar.0, "{tiles:?}: quants");
     }
 }

@@ -265,7 +265,10 @@ mod tests {
                 } else {
                     let want = (x as f64).exp2();
                     let rel = (e as f64 - want).abs() / want;
-                    assert!(rel <= 2.5e-7, "{tiles:?}: 2^{x} = {e:e}, want {want:e} ({rel:e})");
+                    assert!(
+                        rel <= 2.5e-7,
+                        "{tiles:?}: 2^{x} = {e:e}, want {want:e} ({rel:e})"
+                    );
                 }
             }
         }

@@ -60,7 +60,8 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
             };
             for j0 in (0..b).step_by(TILE) {
                 let j1 = (j0 + TILE).min(b);
-                if i1 - i0 == TILE && j1 - j0 == TILE && fast_blocks(src, a, dst, b, i0, j0) {
+                let whole = i1 - i0 == TILE && j1 - j0 == TILE;
+                if whole && fast_blocks(super::tiles(), src, a, dst, b, (i0, j0)) {
                     continue;
                 }
                 for i in i0..i1 {
@@ -74,29 +75,91 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
     });
 }
 
-/// A full TILE × TILE block through AVX-512 16 × 16 register transposes: output rows
-/// i0.. (of `dst`, which starts at row i0), columns j0..; false when the CPU lacks AVX-512F.
+/// A full TILE × TILE block through register transposes of `tiles`' width (the class
+/// `SD_CLI_CPU` allows): 16 × 16 with AVX-512, 8 × 8 with AVX2. Output rows i0.. (of `dst`,
+/// which starts at row i0), columns j0..; false for `None`.
 #[cfg(target_arch = "x86_64")]
-fn fast_blocks(src: &[f32], a: usize, dst: &mut [f32], b: usize, i0: usize, j0: usize) -> bool {
-    if !std::arch::is_x86_feature_detected!("avx512f") {
+fn fast_blocks(
+    tiles: Option<super::Tiles>,
+    src: &[f32],
+    a: usize,
+    dst: &mut [f32],
+    b: usize,
+    (i0, j0): (usize, usize),
+) -> bool {
+    use super::Tiles;
+    let Some(tiles) = tiles else {
         return false;
-    }
-    for di in (0..TILE).step_by(16) {
-        for dj in (0..TILE).step_by(16) {
-            let rows: [*const u32; 16] =
-                std::array::from_fn(|r| src[i0 + di + a * (j0 + dj + r)..][..16].as_ptr().cast());
-            let out = dst[di * b + j0 + dj..][..15 * b + 16]
+    };
+    let side = match tiles {
+        Tiles::Avx512 => 16,
+        Tiles::Avx2 => 8,
+    };
+    for di in (0..TILE).step_by(side) {
+        for dj in (0..TILE).step_by(side) {
+            let row = |r: usize| src[i0 + di + a * (j0 + dj + r)..][..side].as_ptr().cast();
+            let out = dst[di * b + j0 + dj..][..(side - 1) * b + side]
                 .as_mut_ptr()
                 .cast::<u32>();
-            // SAFETY: AVX-512F checked; each source row has 16 words at i0 + di (sliced
-            // above), and the 16 output rows `b` apart have 16 words at j0 + dj.
-            unsafe { super::kernels::transpose_16x16(&rows, out, b) };
+            // SAFETY: `tiles` are this CPU's; each source row has `side` words at i0 + di
+            // (sliced above), and the `side` output rows `b` apart have `side` words at j0 + dj.
+            unsafe {
+                match tiles {
+                    Tiles::Avx512 => {
+                        super::kernels::transpose_16x16(&std::array::from_fn(row), out, b)
+                    }
+                    Tiles::Avx2 => super::avx2::transpose_8x8(&std::array::from_fn(row), out, b),
+                }
+            }
         }
     }
     true
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn fast_blocks(_: &[f32], _: usize, _: &mut [f32], _: usize, _: usize, _: usize) -> bool {
+fn fast_blocks(
+    _: Option<super::Tiles>,
+    _: &[f32],
+    _: usize,
+    _: &mut [f32],
+    _: usize,
+    _: (usize, usize),
+) -> bool {
     false
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::{fast_blocks, TILE};
+    use crate::ggml::gemm::Tiles;
+
+    /// Both register widths this CPU can run (whatever `SD_CLI_CPU` says) transpose a block
+    /// inside a larger matrix exactly, leaving the rest of the output alone.
+    #[test]
+    fn register_blocks_transpose_exactly() {
+        let (a, b) = (3 * TILE + 5, 2 * TILE + 3);
+        let src: Vec<f32> = (0..a * b).map(|v| v as f32).collect();
+        let mut runnable = Vec::new();
+        if is_x86_feature_detected!("avx512f") {
+            runnable.push(Tiles::Avx512);
+        }
+        if is_x86_feature_detected!("avx2") {
+            runnable.push(Tiles::Avx2);
+        }
+        for tiles in runnable {
+            let (i0, j0) = (TILE + 2, TILE - 1);
+            // The output from row i0 on, as `compute` hands it over.
+            let mut dst = vec![-1.0f32; (a - i0) * b];
+            assert!(fast_blocks(Some(tiles), &src, a, &mut dst, b, (i0, j0)));
+            for i in i0..a {
+                for j in 0..b {
+                    let inside = (i0..i0 + TILE).contains(&i) && (j0..j0 + TILE).contains(&j);
+                    let want = if inside { src[i + a * j] } else { -1.0 };
+                    assert_eq!(dst[(i - i0) * b + j], want, "{tiles:?}: ({i}, {j})");
+                }
+            }
+        }
+        let mut dst = vec![0.0f32; a * b];
+        assert!(!fast_blocks(None, &src, a, &mut dst, b, (0, 0)));
+    }
 }
