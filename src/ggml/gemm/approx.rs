@@ -26,7 +26,8 @@ pub(super) const EXP2_POLY: [f32; 7] = [
     9.618_438e-3,
     5.550_332_4e-2,
     0.240_226_48,
-    0.693_147_2,
+    // The fit's linear coefficient rounds to ln 2 in f32.
+    std::f32::consts::LN_2,
     1.0,
 ];
 /// Below this 2^x (< 3e−38) is taken as exactly 0, so every result is a normal float (a
