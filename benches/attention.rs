@@ -31,12 +31,8 @@ enum Kernel {
 
 /// Best seconds of the attention through `kernel`.
 fn bench_ours(kernel: Kernel, shape: Shape, threads: usize, reps: usize) -> f64 {
-    let Shape {
-        queries: n,
-        keys,
-        heads,
-        hd,
-    } = shape;
+    let Shape { heads, hd, .. } = shape;
+    let (n, keys) = (shape.queries, shape.keys);
     let dim = heads * hd;
     let backend = Backend::cpu(threads).expect("CPU backend");
     let inputs = Arena::new(3).expect("arena");
@@ -96,12 +92,8 @@ fn bench_ours(kernel: Kernel, shape: Shape, threads: usize, reps: usize) -> f64 
 }
 
 fn bench_torch(shape: Shape, threads: usize, reps: usize) -> Option<f64> {
-    let Shape {
-        queries: n,
-        keys,
-        heads,
-        hd,
-    } = shape;
+    let Shape { heads, hd, .. } = shape;
+    let (n, keys) = (shape.queries, shape.keys);
     let script = format!(
         "import torch,time\ntorch.set_num_threads({threads})\n\
          q=torch.randn(1,{heads},{n},{hd})\nk,v=(torch.randn(1,{heads},{keys},{hd}) for _ in range(2))\nbest=1e9\n\

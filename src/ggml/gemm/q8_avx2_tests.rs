@@ -145,14 +145,7 @@ fn quantized_activations_match_the_scalar_loop() {
         (q, d)
     };
     let scalar = run(None);
-    let mut runnable = Vec::new();
-    if is_x86_feature_detected!("avx512f") {
-        runnable.push(Tiles::Avx512);
-    }
-    if is_x86_feature_detected!("avx2") {
-        runnable.push(Tiles::Avx2);
-    }
-    for tiles in runnable {
+    for tiles in super::tests::runnable_tiles() {
         let vector = run(Some(tiles));
         assert_eq!(vector.1, scalar.1, "{tiles:?}: scales");
         assert_eq!(vector.0, scalar.0, "{tiles:?}: quants");

@@ -165,19 +165,7 @@ unsafe fn exp_sum(row: *mut f32, n: usize, c: f32, top: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::{chunk_exp_sum, chunk_top, Tiles};
-    use crate::ggml::gemm::tests::pseudo_random;
-
-    /// The row kernels this CPU can run, whatever `SD_CLI_CPU` says.
-    fn runnable() -> Vec<Tiles> {
-        let mut tiles = Vec::new();
-        if is_x86_feature_detected!("avx512f") {
-            tiles.push(Tiles::Avx512);
-        }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            tiles.push(Tiles::Avx2);
-        }
-        tiles
-    }
+    use crate::ggml::gemm::tests::{pseudo_random, runnable_tiles as runnable};
 
     /// A softmax row from the two passes (the division is attention's, at the end).
     ///

@@ -8,6 +8,19 @@ use super::{blocked_gemm_available, MR, NR};
 use crate::dtype::DType;
 use crate::ggml::{dequantize_rows, quantize_rows, Arena, Backend, Context, Gallocr, Graph};
 
+/// The register widths this CPU can run, whatever `SD_CLI_CPU` says (tests that call a
+/// width's kernels directly).
+pub(super) fn runnable_tiles() -> Vec<super::Tiles> {
+    let mut tiles = Vec::new();
+    if is_x86_feature_detected!("avx512f") {
+        tiles.push(super::Tiles::Avx512);
+    }
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        tiles.push(super::Tiles::Avx2);
+    }
+    tiles
+}
+
 pub(super) fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)

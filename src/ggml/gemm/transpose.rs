@@ -131,7 +131,7 @@ fn fast_blocks(
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::{fast_blocks, TILE};
-    use crate::ggml::gemm::Tiles;
+    use crate::ggml::gemm::tests::runnable_tiles;
 
     /// Both register widths this CPU can run (whatever `SD_CLI_CPU` says) transpose a block
     /// inside a larger matrix exactly, leaving the rest of the output alone.
@@ -139,14 +139,7 @@ mod tests {
     fn register_blocks_transpose_exactly() {
         let (a, b) = (3 * TILE + 5, 2 * TILE + 3);
         let src: Vec<f32> = (0..a * b).map(|v| v as f32).collect();
-        let mut runnable = Vec::new();
-        if is_x86_feature_detected!("avx512f") {
-            runnable.push(Tiles::Avx512);
-        }
-        if is_x86_feature_detected!("avx2") {
-            runnable.push(Tiles::Avx2);
-        }
-        for tiles in runnable {
+        for tiles in runnable_tiles() {
             let (i0, j0) = (TILE + 2, TILE - 1);
             // The output from row i0 on, as `compute` hands it over.
             let mut dst = vec![-1.0f32; (a - i0) * b];
