@@ -259,9 +259,10 @@ impl Heads<'_> {
     /// chunk's scores panel by panel of K (a 64-key panel serves every 6-row strip of the block
     /// from L1), then per row the scores' maximum (scaled and masked where there is a mask),
     /// their exponentials against the running maximum (what the output so far holds is
-    /// rescaled to it) and their running sum, then P V into the output, [`KEY_CHUNK`] keys of V at a time. A chunk's scores stay
-    /// in L2 through the three passes; once all chunks are in, each output row is divided by
-    /// its sum (a row whose every key is masked stays zeros).
+    /// rescaled to it) and their running sum, then P V into the output, [`KEY_CHUNK`] keys of
+    /// V at a time. A chunk's scores stay in L2 through the three passes; once all chunks are
+    /// in, each output row is divided by its sum (a row whose every key is masked stays
+    /// zeros).
     fn query_block(&self, b: usize, h: usize, rows: std::ops::Range<usize>, s: &mut Scratch) {
         let ld = SCORE_CHUNK;
         let scores = s.s.f32s(rows.len() * ld).as_mut_ptr();

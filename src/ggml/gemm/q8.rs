@@ -34,12 +34,16 @@ pub(super) fn quantize_rows(
     quants: &mut [u32],
     scales: &mut [f32],
 ) {
-    quantize_rows_on(super::tiles(), x, rows, b0, nb, quants, scales)
+    // SAFETY: `tiles()` names what this CPU has (under the cap).
+    unsafe { quantize_rows_on(super::tiles(), x, rows, b0, nb, quants, scales) }
 }
 
 /// [`quantize_rows`] with the vectors of `tiles` (the class `SD_CLI_CPU` allows: a capped run
 /// quantizes as the lesser CPU would), or the scalar loop for `None`; all give the same bits.
-pub(super) fn quantize_rows_on(
+///
+/// # Safety
+/// The CPU has the instructions of `tiles`.
+pub(super) unsafe fn quantize_rows_on(
     tiles: Option<Tiles>,
     x: &Rows<'_, f32>,
     rows: std::ops::Range<usize>,
@@ -53,8 +57,8 @@ pub(super) fn quantize_rows_on(
         let q = &mut quants[i * nb * 8..(i + 1) * nb * 8];
         for (b, block) in src.chunks_exact(QK).enumerate() {
             let quads: &mut [u32; 8] = (&mut q[b * 8..b * 8 + 8]).try_into().expect("8 quads");
-            // SAFETY: `tiles` are this CPU's (the caller's `super::tiles()`, or a test's
-            // detected class); the block is 32 floats, the quads 8 words.
+            // SAFETY: `tiles` are this CPU's (the contract); the block is 32 floats, the quads
+            // 8 words.
             let vector = unsafe {
                 match tiles {
                     Some(Tiles::Avx512) => Some(quantize_block(block, quads)),

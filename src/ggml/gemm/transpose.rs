@@ -61,7 +61,10 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
             for j0 in (0..b).step_by(TILE) {
                 let j1 = (j0 + TILE).min(b);
                 let whole = i1 - i0 == TILE && j1 - j0 == TILE;
-                if whole && fast_blocks(super::tiles(), src, a, dst, b, (i0, j0)) {
+                // SAFETY: `tiles()` names what this CPU has (under the cap).
+                let fast =
+                    whole && unsafe { fast_blocks(super::tiles(), src, a, dst, b, (i0, j0)) };
+                if fast {
                     continue;
                 }
                 for i in i0..i1 {
@@ -78,8 +81,11 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
 /// A full TILE × TILE block through register transposes of `tiles`' width (the class
 /// `SD_CLI_CPU` allows): 16 × 16 with AVX-512, 8 × 8 with AVX2. Output rows i0.. (of `dst`,
 /// which starts at row i0), columns j0..; false for `None`.
+///
+/// # Safety
+/// The CPU has the instructions of `tiles`.
 #[cfg(target_arch = "x86_64")]
-fn fast_blocks(
+unsafe fn fast_blocks(
     tiles: Option<super::Tiles>,
     src: &[f32],
     a: usize,
@@ -101,7 +107,7 @@ fn fast_blocks(
             let out = dst[di * b + j0 + dj..][..(side - 1) * b + side]
                 .as_mut_ptr()
                 .cast::<u32>();
-            // SAFETY: `tiles` are this CPU's; each source row has `side` words at i0 + di
+            // SAFETY: `tiles` are this CPU's (the contract); each source row has `side` words at i0 + di
             // (sliced above), and the `side` output rows `b` apart have `side` words at j0 + dj.
             unsafe {
                 match tiles {
@@ -117,7 +123,7 @@ fn fast_blocks(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn fast_blocks(
+unsafe fn fast_blocks(
     _: Option<super::Tiles>,
     _: &[f32],
     _: usize,
@@ -143,7 +149,8 @@ mod tests {
             let (i0, j0) = (TILE + 2, TILE - 1);
             // The output from row i0 on, as `compute` hands it over.
             let mut dst = vec![-1.0f32; (a - i0) * b];
-            assert!(fast_blocks(Some(tiles), &src, a, &mut dst, b, (i0, j0)));
+            // SAFETY: `runnable_tiles` lists only what this CPU has.
+            assert!(unsafe { fast_blocks(Some(tiles), &src, a, &mut dst, b, (i0, j0)) });
             for i in i0..a {
                 for j in 0..b {
                     let inside = (i0..i0 + TILE).contains(&i) && (j0..j0 + TILE).contains(&j);
@@ -153,6 +160,7 @@ mod tests {
             }
         }
         let mut dst = vec![0.0f32; a * b];
-        assert!(!fast_blocks(None, &src, a, &mut dst, b, (0, 0)));
+        // SAFETY: no instructions are asked for.
+        assert!(!unsafe { fast_blocks(None, &src, a, &mut dst, b, (0, 0)) });
     }
 }
