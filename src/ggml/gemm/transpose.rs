@@ -49,6 +49,8 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
     };
     let slab = a * b;
     let row_blocks = a.div_ceil(TILE);
+    // The register transposes this CPU may run (under the cap), asked once per evaluation.
+    let tiles = super::tiles();
     claims.each_run(c * d * row_blocks, |jobs| {
         for job in jobs {
             let (s, i0) = (job / row_blocks, (job % row_blocks) * TILE);
@@ -61,9 +63,8 @@ unsafe extern "C" fn compute(dst: *mut sys::ggml_tensor, _: c_int, nth: c_int, _
             for j0 in (0..b).step_by(TILE) {
                 let j1 = (j0 + TILE).min(b);
                 let whole = i1 - i0 == TILE && j1 - j0 == TILE;
-                // SAFETY: `tiles()` names what this CPU has (under the cap).
-                let fast =
-                    whole && unsafe { fast_blocks(super::tiles(), src, a, dst, b, (i0, j0)) };
+                // SAFETY: `tiles()` named what this CPU has (under the cap).
+                let fast = whole && unsafe { fast_blocks(tiles, src, a, dst, b, (i0, j0)) };
                 if fast {
                     continue;
                 }
